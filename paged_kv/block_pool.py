@@ -1,0 +1,267 @@
+"""The block pool: physical KV blocks, their reference counts and the free list.
+
+Every operation costs O(1) per block touched, whatever the pool size: a free list replaces
+the scan a first version would do, and pages are tracked with counters, not searches.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Literal
+
+from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks, require_positive_int
+from paged_kv.snapshot import BlockInfo, BlockState, PoolSnapshot
+
+Allocation = Literal["fifo", "pack_pages"]
+
+
+class FifoFreeList:
+    """Free block ids in a queue: take from the front, return to the back (ids recycle evenly)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self._ids = deque(range(num_blocks))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def take(self) -> int:
+        return self._ids.popleft()
+
+    def put(self, block_id: int) -> None:
+        self._ids.append(block_id)
+
+
+class PackedPagesFreeList:
+    """Free block ids grouped by page; takes from the fullest page that still has room.
+
+    Filling used pages first keeps other pages entirely free, so they can be released.
+    Pages are bucketed by how many free blocks they have, so a take scans at most
+    `blocks_per_page` buckets: constant in the pool size.
+    """
+
+    def __init__(self, num_blocks: int, blocks_per_page: int) -> None:
+        self._per_page = blocks_per_page
+        num_pages = num_blocks // blocks_per_page
+        # Each page's free ids as a stack, lowest id on top.
+        self._free = [
+            list(range((p + 1) * blocks_per_page - 1, p * blocks_per_page - 1, -1))
+            for p in range(num_pages)
+        ]
+        # _partial[k] holds the pages with exactly k free blocks, 0 < k < blocks_per_page.
+        self._partial: list[dict[int, None]] = [{} for _ in range(blocks_per_page)]
+        self._empty = list(range(num_pages - 1, -1, -1))  # entirely free pages, page 0 on top
+        self._count = num_blocks
+
+    def __len__(self) -> int:
+        return self._count
+
+    def take(self) -> int:
+        page = self._take_page()
+        block_id = self._free[page].pop()
+        left = len(self._free[page])
+        if left:
+            self._partial[left][page] = None
+        self._count -= 1
+        return block_id
+
+    def put(self, block_id: int) -> None:
+        page = block_id // self._per_page
+        before = len(self._free[page])
+        self._free[page].append(block_id)
+        if before:
+            del self._partial[before][page]
+        if before + 1 == self._per_page:
+            self._empty.append(page)
+        else:
+            self._partial[before + 1][page] = None
+        self._count += 1
+
+    def _take_page(self) -> int:
+        """Remove and return the fullest page with a free block (an empty page if none)."""
+        for bucket in self._partial[1:]:
+            if bucket:
+                return bucket.popitem()[0]
+        return self._empty.pop()
+
+
+class BlockPool:
+    """`num_blocks` physical blocks of `block_size` tokens, handed out by reference count.
+
+    A block is free (ref 0) or in use (ref >= 1). `allocate` is all-or-nothing, `release`
+    drops references and returns blocks whose count reaches 0 to the free list.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        *,
+        blocks_per_page: int | None = None,
+        allocation: Allocation = "fifo",
+    ) -> None:
+        require_positive_int("num_blocks", num_blocks)
+        require_positive_int("block_size", block_size)
+        if blocks_per_page is not None:
+            require_positive_int("blocks_per_page", blocks_per_page)
+            if num_blocks % blocks_per_page:
+                raise InvalidArgument(
+                    f"num_blocks={num_blocks} is not a multiple of blocks_per_page="
+                    f"{blocks_per_page}; pick num_blocks = pages * blocks_per_page."
+                )
+        if allocation not in ("fifo", "pack_pages"):
+            raise InvalidArgument(f"allocation must be 'fifo' or 'pack_pages', got {allocation!r}.")
+        if allocation == "pack_pages" and blocks_per_page is None:
+            raise InvalidArgument(
+                "allocation='pack_pages' needs pages: pass blocks_per_page as well."
+            )
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.blocks_per_page = blocks_per_page
+        self.allocation: Allocation = allocation
+        self._ref = [0] * num_blocks
+        self._free: FifoFreeList | PackedPagesFreeList = (
+            PackedPagesFreeList(num_blocks, blocks_per_page)
+            if allocation == "pack_pages"
+            else FifoFreeList(num_blocks)
+        )
+        self._page_used = [0] * self.num_pages
+
+    # -- sizes ---------------------------------------------------------------------------
+
+    @property
+    def num_pages(self) -> int:
+        """Number of pages (0 when pages are off)."""
+        return self.num_blocks // self.blocks_per_page if self.blocks_per_page else 0
+
+    @property
+    def num_free(self) -> int:
+        """Blocks ready to allocate."""
+        return len(self._free)
+
+    @property
+    def num_in_use(self) -> int:
+        """Blocks with at least one reference."""
+        return self.num_blocks - len(self._free)
+
+    # -- allocation ----------------------------------------------------------------------
+
+    def allocate(self, n: int = 1) -> list[int]:
+        """Take `n` free blocks at ref count 1; if short, raise `OutOfBlocks`, change nothing."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgument(f"allocate(n) needs an int n >= 0, got {n!r}.")
+        if n > len(self._free):
+            raise OutOfBlocks(
+                f"asked for {n} blocks but only {len(self._free)} of {self.num_blocks} are "
+                "free; release blocks (finish or preempt a sequence) or use a bigger pool.",
+                requested=n,
+                available=len(self._free),
+            )
+        ids = [self._free.take() for _ in range(n)]
+        for block_id in ids:
+            self._ref[block_id] = 1
+            if self.blocks_per_page:
+                self._page_used[block_id // self.blocks_per_page] += 1
+        return ids
+
+    def share(self, block_ids: Iterable[int]) -> None:
+        """Add one reference to each in-use block (a second sequence now reads it)."""
+        ids = list(block_ids)
+        for block_id in ids:
+            self._check_id(block_id)
+            if self._ref[block_id] == 0:
+                raise InvalidBlock(
+                    f"block {block_id} is free, so it cannot be shared; allocate it first."
+                )
+        for block_id in ids:
+            self._ref[block_id] += 1
+
+    def release(self, block_ids: Iterable[int]) -> list[int]:
+        """Drop one reference per id; return the blocks that became free, in the order given.
+
+        Validates everything first: a double free or foreign id raises `InvalidBlock` and
+        releases nothing.
+        """
+        ids = list(block_ids)
+        for block_id, times in Counter(self._check_id(b) for b in ids).items():
+            if times > self._ref[block_id]:
+                raise InvalidBlock(
+                    f"block {block_id} has {self._ref[block_id]} reference(s) but release was "
+                    f"asked to drop {times}: a double free. Release each reference once."
+                )
+        freed = []
+        for block_id in ids:
+            self._ref[block_id] -= 1
+            if self._ref[block_id] == 0:
+                self._free.put(block_id)
+                if self.blocks_per_page:
+                    self._page_used[block_id // self.blocks_per_page] -= 1
+                freed.append(block_id)
+        return freed
+
+    # -- queries -------------------------------------------------------------------------
+
+    def ref_count(self, block_id: int) -> int:
+        """How many holders reference `block_id`."""
+        return self._ref[self._check_id(block_id)]
+
+    def state(self, block_id: int) -> BlockState:
+        """The block's state."""
+        return BlockState.IN_USE if self.ref_count(block_id) else BlockState.FREE
+
+    def page_of(self, block_id: int) -> int:
+        """The page that holds `block_id` (pages must be on)."""
+        if not self.blocks_per_page:
+            raise InvalidArgument("this pool has no pages; create it with blocks_per_page=...")
+        return self._check_id(block_id) // self.blocks_per_page
+
+    def free_pages(self) -> list[int]:
+        """Pages whose blocks are all free: memory that could be given back. O(pages)."""
+        return [p for p, used in enumerate(self._page_used) if used == 0]
+
+    def releasable_bytes(self, bytes_per_block: int) -> int:
+        """Bytes held by entirely free pages, for blocks of `bytes_per_block` bytes each."""
+        require_positive_int("bytes_per_block", bytes_per_block)
+        return len(self.free_pages()) * (self.blocks_per_page or 0) * bytes_per_block
+
+    def snapshot(
+        self,
+        block_tables: Mapping[Hashable, Sequence[int]] | None = None,
+        num_tokens: Mapping[int, int] | None = None,
+    ) -> PoolSnapshot:
+        """Freeze every block's state; the manager adds its block tables and tokens per block."""
+        tables = {seq: tuple(table) for seq, table in (block_tables or {}).items()}
+        owners: dict[int, tuple[Hashable, ...]] = {}
+        for seq, table in tables.items():
+            for block_id in table:
+                owners[block_id] = (*owners.get(block_id, ()), seq)
+        num_tokens = num_tokens or {}
+        per_page = self.blocks_per_page
+        blocks = tuple(
+            BlockInfo(
+                block_id=b,
+                state=BlockState.IN_USE if ref else BlockState.FREE,
+                ref_count=ref,
+                page=b // per_page if per_page else None,
+                owners=owners.get(b, ()),
+                num_tokens=num_tokens.get(b, 0),
+            )
+            for b, ref in enumerate(self._ref)
+        )
+        return PoolSnapshot(self.block_size, per_page, blocks, tables)
+
+    def _check_id(self, block_id: object) -> int:
+        if isinstance(block_id, bool) or not isinstance(block_id, int):
+            raise InvalidBlock(f"block ids are ints, got {block_id!r}.")
+        if not 0 <= block_id < self.num_blocks:
+            raise InvalidBlock(
+                f"block {block_id} does not belong to this pool (ids are 0..{self.num_blocks - 1})."
+            )
+        return block_id
+
+    def __repr__(self) -> str:
+        pages = f", {self.num_pages} pages" if self.blocks_per_page else ""
+        return (
+            f"BlockPool({self.num_free}/{self.num_blocks} free, block_size={self.block_size}"
+            f"{pages}, allocation={self.allocation!r})"
+        )

@@ -1,0 +1,45 @@
+"""Every error the package raises, in one hierarchy.
+
+Catch `PagedKVError` for anything from paged_kv; bad arguments are also `ValueError`s.
+No operation that raises leaves a structure half-changed.
+"""
+
+from __future__ import annotations
+
+
+class PagedKVError(Exception):
+    """Base class of every error raised by paged_kv."""
+
+
+class InvalidArgument(PagedKVError, ValueError):
+    """An argument has the wrong type or value (a size <= 0, an empty prompt, ...)."""
+
+
+class OutOfBlocks(PagedKVError):
+    """Not enough free blocks for the request; nothing was allocated."""
+
+    def __init__(self, message: str, *, requested: int, available: int) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.available = available
+
+
+class UnknownSequence(PagedKVError, ValueError):
+    """The sequence id is not (or no longer) managed."""
+
+
+class DuplicateSequence(PagedKVError, ValueError):
+    """A sequence with this id is already managed."""
+
+
+class InvalidBlock(PagedKVError, ValueError):
+    """A block id is foreign to the pool, or the block is already free (double free)."""
+
+
+def require_positive_int(name: str, value: object) -> int:
+    """Return `value` if it is an int >= 1, else raise `InvalidArgument` naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(
+            f"{name} must be a positive int, got {value!r}; pass a whole number >= 1."
+        )
+    return value

@@ -1,0 +1,61 @@
+"""An immutable picture of every block at one moment, for views, tests and replays.
+
+The pool and the manager fill it in; nothing reads live state through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class BlockState(str, Enum):
+    """The one state a block is in: free, cached (ref 0 but holds content), or in use."""
+
+    FREE = "free"
+    CACHED = "cached"
+    IN_USE = "in_use"
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """One block: its state, ref count, page, the sequences holding it and tokens filled."""
+
+    block_id: int
+    state: BlockState
+    ref_count: int
+    page: int | None = None
+    owners: tuple[Hashable, ...] = ()
+    num_tokens: int = 0
+
+    @property
+    def shared(self) -> bool:
+        """True when more than one holder references the block."""
+        return self.ref_count > 1
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """Every block of a pool at one moment, in block-id order, and each sequence's table."""
+
+    block_size: int
+    blocks_per_page: int | None
+    blocks: tuple[BlockInfo, ...]
+    block_tables: Mapping[Hashable, tuple[int, ...]] = field(default_factory=dict)
+
+    def count(self, state: BlockState) -> int:
+        """How many blocks are in `state`."""
+        return sum(1 for b in self.blocks if b.state is state)
+
+    @property
+    def num_shared(self) -> int:
+        """How many blocks are referenced more than once."""
+        return sum(1 for b in self.blocks if b.shared)
+
+    def free_pages(self) -> list[int]:
+        """Pages whose blocks are all free (empty when pages are off)."""
+        if self.blocks_per_page is None:
+            return []
+        busy = {b.page for b in self.blocks if b.state is not BlockState.FREE}
+        return [p for p in range(len(self.blocks) // self.blocks_per_page) if p not in busy]

@@ -1,0 +1,171 @@
+import functools
+
+import pytest
+
+from paged_kv import BlockPool, BlockState, InvalidArgument, InvalidBlock, OutOfBlocks, PagedKVError
+from paged_kv.course import checks
+
+
+def pool_state(pool: BlockPool):
+    return pool.snapshot(), pool.num_free, pool.free_pages()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        BlockPool,
+        functools.partial(BlockPool, allocation="pack_pages", blocks_per_page=1),
+    ],
+    ids=["fifo", "pack_pages"],
+)
+def test_library_pool_passes_the_exercise_checks(make):
+    checks.check_allocate(make)
+    checks.check_release(make)
+    checks.check_constant_time_allocate(make)
+
+
+@pytest.mark.parametrize("allocation", ["fifo", "pack_pages"])
+def test_free_pages_check_passes_for_both_strategies(allocation):
+    checks.check_free_pages(functools.partial(BlockPool, allocation=allocation))
+
+
+def test_allocate_hands_out_distinct_ids_with_ref_count_one():
+    pool = BlockPool(10, 16)
+    ids = pool.allocate(4)
+    assert len(set(ids)) == 4
+    assert all(pool.ref_count(b) == 1 and pool.state(b) is BlockState.IN_USE for b in ids)
+    assert pool.num_free == 6 and pool.num_in_use == 4
+
+
+def test_fifo_reuses_released_blocks_last():
+    pool = BlockPool(3, 16)
+    a = pool.allocate(1)
+    pool.release(a)
+    assert pool.allocate(3) == [1, 2, 0]
+
+
+def test_share_and_release_count_references():
+    pool = BlockPool(4, 16)
+    [b] = pool.allocate(1)
+    pool.share([b])
+    assert pool.ref_count(b) == 2
+    assert pool.release([b]) == []
+    assert pool.state(b) is BlockState.IN_USE
+    assert pool.release([b]) == [b]
+    assert pool.state(b) is BlockState.FREE
+
+
+def test_pack_pages_fills_used_pages_before_touching_free_ones():
+    pool = BlockPool(16, 16, blocks_per_page=4, allocation="pack_pages")
+    ids = pool.allocate(6)  # page 0 full, page 1 half
+    pool.release([ids[0]])  # page 0 now has one hole
+    pool.release([ids[5]])  # page 1: one block in use
+    # The fullest page with room is page 0; then page 1; pages 2 and 3 stay free.
+    again = pool.allocate(4)
+    assert {b // 4 for b in again} <= {0, 1}
+    assert pool.free_pages() == [2, 3]
+
+
+def test_pack_pages_keeps_more_pages_free_than_fifo_under_churn():
+    import random
+
+    free_pages = {}
+    for allocation in ("fifo", "pack_pages"):
+        rng = random.Random(1)
+        pool = BlockPool(256, 16, blocks_per_page=16, allocation=allocation)
+        held = []
+        for _ in range(3000):
+            if held and (rng.random() < 0.5 or pool.num_free == 0):
+                held.remove(b := rng.choice(held))
+                pool.release([b])
+            elif len(held) < 96:
+                held += pool.allocate(1)
+        free_pages[allocation] = len(pool.free_pages())
+    assert free_pages["pack_pages"] > free_pages["fifo"]
+
+
+def test_releasable_bytes_counts_whole_free_pages():
+    pool = BlockPool(8, 16, blocks_per_page=4)
+    pool.allocate(1)
+    assert pool.free_pages() == [1]
+    assert pool.releasable_bytes(1000) == 4 * 1000
+    assert pool.page_of(5) == 1
+
+
+def test_snapshot_reports_states_and_pages():
+    pool = BlockPool(4, 2, blocks_per_page=2)
+    _, b = pool.allocate(2)
+    pool.share([b])
+    snap = pool.snapshot()
+    assert [x.state for x in snap.blocks] == [BlockState.IN_USE] * 2 + [BlockState.FREE] * 2
+    assert [x.ref_count for x in snap.blocks] == [1, 2, 0, 0]
+    assert [x.page for x in snap.blocks] == [0, 0, 1, 1]
+    assert snap.num_shared == 1 and snap.free_pages() == [1]
+
+
+# -- bad input: typed errors, state unchanged ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"num_blocks": 0},
+        {"num_blocks": -3},
+        {"num_blocks": 2.5},
+        {"num_blocks": True},
+        {"num_blocks": 4, "block_size": 0},
+        {"num_blocks": 4, "blocks_per_page": 0},
+        {"num_blocks": 10, "blocks_per_page": 4},
+        {"num_blocks": 4, "allocation": "best"},
+        {"num_blocks": 4, "allocation": "pack_pages"},
+    ],
+)
+def test_bad_construction_raises_invalid_argument(kwargs):
+    with pytest.raises(InvalidArgument) as info:
+        BlockPool(**kwargs)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, PagedKVError)
+
+
+def prepared_pool():
+    pool = BlockPool(8, 16, blocks_per_page=4, allocation="pack_pages")
+    ids = pool.allocate(5)
+    pool.share(ids[:1])
+    pool.release(ids[3:4])
+    return pool, ids
+
+
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        (lambda p, ids: p.allocate(5), OutOfBlocks),
+        (lambda p, ids: p.allocate(-1), InvalidArgument),
+        (lambda p, ids: p.allocate(1.0), InvalidArgument),
+        (lambda p, ids: p.release([ids[3]]), InvalidBlock),  # double free
+        (lambda p, ids: p.release([ids[1], ids[1]]), InvalidBlock),  # one ref, two releases
+        (lambda p, ids: p.release([ids[2], 8]), InvalidBlock),  # foreign id after a good one
+        (lambda p, ids: p.release([-1]), InvalidBlock),
+        (lambda p, ids: p.release(["0"]), InvalidBlock),
+        (lambda p, ids: p.share([ids[1], 7]), InvalidBlock),  # sharing a free block
+        (lambda p, ids: p.ref_count(8), InvalidBlock),
+        (lambda p, ids: p.releasable_bytes(0), InvalidArgument),
+    ],
+)
+def test_bad_calls_raise_typed_errors_and_change_nothing(action, error):
+    pool, ids = prepared_pool()
+    before = pool_state(pool)
+    with pytest.raises(error):
+        action(pool, ids)
+    assert pool_state(pool) == before
+
+
+def test_out_of_blocks_reports_requested_and_available():
+    pool = BlockPool(3, 16)
+    with pytest.raises(OutOfBlocks) as info:
+        pool.allocate(4)
+    assert (info.value.requested, info.value.available) == (4, 3)
+    assert "release blocks" in str(info.value)
+
+
+def test_page_of_without_pages_is_refused():
+    with pytest.raises(InvalidArgument):
+        BlockPool(4).page_of(0)

@@ -1,0 +1,42 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from paged_kv import BlockPool, InvalidArgument, OutOfBlocks
+from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
+from paged_kv.course import checks
+
+
+def test_library_functions_pass_the_exercise_checks():
+    checks.check_blocks_needed(blocks_needed)
+    checks.check_slot_mapping(slot_mapping)
+    checks.check_grow_block_table(grow_block_table)
+
+
+@given(st.integers(0, 10_000), st.integers(1, 64))
+def test_blocks_needed_is_the_smallest_sufficient_count(tokens, size):
+    n = blocks_needed(tokens, size)
+    assert (n * size >= tokens and (n - 1) * size < tokens) or n == 0 == tokens
+
+
+@given(
+    table=st.lists(st.integers(0, 99), min_size=1, max_size=8, unique=True),
+    size=st.integers(1, 16),
+)
+def test_slot_mapping_is_block_times_size_plus_offset(table, size):
+    slots = slot_mapping(table, size, 0, len(table) * size)
+    assert slots == [b * size + o for b in table for o in range(size)]
+
+
+def test_slot_mapping_rejects_positions_outside_the_table():
+    with pytest.raises(InvalidArgument):
+        slot_mapping([3], 4, 0, 5)
+
+
+def test_grow_block_table_is_all_or_nothing():
+    pool = BlockPool(2, 4)
+    table = []
+    grow_block_table(pool, table, 0, 8)
+    with pytest.raises(OutOfBlocks):
+        grow_block_table(pool, table, 8, 1)
+    assert table == [0, 1] and pool.num_free == 0

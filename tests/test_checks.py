@@ -1,0 +1,118 @@
+"""The exercise checks fail on wrong code, with messages a learner can act on."""
+
+import pytest
+
+from paged_kv import BlockPool, OutOfBlocks
+from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
+from paged_kv.course import checks
+
+
+class LeakyPool(BlockPool):
+    """Takes blocks before checking there are enough: a failed allocate leaks."""
+
+    def allocate(self, n=1):
+        got = [self._free.take() for _ in range(min(n, self.num_free))]
+        for b in got:
+            self._ref[b] = 1
+        if len(got) < n:
+            raise OutOfBlocks("short", requested=n, available=len(got))
+        return got
+
+
+class ForgetfulPool(BlockPool):
+    """Releases without checking ref counts: double frees go through."""
+
+    def release(self, block_ids):
+        for b in block_ids:
+            if self._ref[b]:
+                self._ref[b] -= 1
+                if not self._ref[b]:
+                    self._free.put(b)
+
+
+class LazyPagesPool(BlockPool):
+    """Reports every page as free."""
+
+    def free_pages(self):
+        return list(range(self.num_pages))
+
+
+class StubPool(BlockPool):
+    def allocate(self, n=1):
+        raise NotImplementedError("exercise 1")
+
+
+def test_a_leaky_allocate_is_caught():
+    with pytest.raises(checks.CheckFailed, match="must change nothing"):
+        checks.check_allocate(LeakyPool)
+
+
+def test_a_double_free_is_caught():
+    with pytest.raises(checks.CheckFailed, match="twice"):
+        checks.check_release(ForgetfulPool)
+
+
+def test_wrong_free_pages_are_caught():
+    with pytest.raises(checks.CheckFailed, match="free_pages"):
+        checks.check_free_pages(LazyPagesPool)
+
+
+def test_a_stub_surfaces_as_not_implemented():
+    with pytest.raises(NotImplementedError):
+        checks.check_allocate(StubPool)
+
+
+def test_off_by_one_blocks_needed_is_caught():
+    with pytest.raises(checks.CheckFailed, match=r"blocks_needed\(0, 16\) should be 0, got 1"):
+        checks.check_blocks_needed(lambda t, s: t // s + 1)
+
+
+def test_slot_mapping_with_block_index_instead_of_id_is_caught():
+    def wrong(table, size, start, end):
+        return list(range(start, end))  # forgets the table
+
+    with pytest.raises(checks.CheckFailed, match=r"\[28, 29, 30, 31, 8, 9\]"):
+        checks.check_slot_mapping(wrong)
+
+
+def test_grow_that_extends_before_allocating_is_caught():
+    def wrong(pool, table, num_tokens, num_new):
+        need = blocks_needed(num_tokens + num_new, pool.block_size) - len(table)
+        table.extend([-1] * need)
+        table[len(table) - need :] = pool.allocate(need)
+        return table[len(table) - need :]
+
+    with pytest.raises(checks.CheckFailed, match="Allocate first"):
+        checks.check_grow_block_table(wrong)
+
+
+def test_grow_that_always_allocates_is_caught():
+    def wrong(pool, table, num_tokens, num_new):
+        new = pool.allocate(1)
+        table.extend(new)
+        return new
+
+    with pytest.raises(checks.CheckFailed):
+        checks.check_grow_block_table(wrong)
+
+
+def test_line_counter_counts_loop_iterations():
+    def loop(n):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    assert checks.count_lines_executed(lambda: loop(100)) > 10 * checks.count_lines_executed(
+        lambda: loop(5)
+    )
+
+
+def test_library_passes_every_check():
+    checks.check_allocate(BlockPool)
+    checks.check_release(BlockPool)
+    checks.check_free_pages(BlockPool)
+    checks.check_constant_time_allocate(BlockPool)
+    checks.check_blocks_needed(blocks_needed)
+    checks.check_slot_mapping(slot_mapping)
+    checks.check_grow_block_table(grow_block_table)

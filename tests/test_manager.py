@@ -1,0 +1,143 @@
+import numpy as np
+import pytest
+import torch
+
+from paged_kv import (
+    BlockState,
+    DuplicateSequence,
+    InvalidArgument,
+    KVCacheManager,
+    OutOfBlocks,
+    UnknownSequence,
+)
+
+
+def test_prompt_gets_just_enough_blocks_and_decode_adds_one_when_full():
+    m = KVCacheManager(8, 4)
+    table = m.add_sequence("a", range(6))
+    assert len(table) == 2
+    assert m.append_tokens("a", [1]) == []  # 7 tokens: still 2 blocks
+    assert m.append_tokens("a", [2]) == []  # 8 tokens: 2 full blocks
+    [new] = m.append_tokens("a", [3])  # token 9 opens block 3
+    assert m.block_table("a") == [*table, new]
+    assert m.num_tokens("a") == 9
+    assert m.token_ids("a") == [0, 1, 2, 3, 4, 5, 1, 2, 3]
+
+
+def test_slot_mapping_follows_the_block_table():
+    m = KVCacheManager(8, 4)
+    m.add_sequence("x", [0])  # takes block 0
+    m.add_sequence("a", range(6))  # blocks 1, 2
+    m.free_sequence("x")
+    assert m.block_table("a") == [1, 2]
+    assert m.slot_mapping("a") == [4, 5, 6, 7, 8, 9]
+    assert m.slot_mapping("a", 4, 6) == [8, 9]
+    with pytest.raises(InvalidArgument):
+        m.slot_mapping("a", 0, 7)
+
+
+def test_free_returns_every_block():
+    m = KVCacheManager(8, 4)
+    m.add_sequence("a", range(9))
+    m.free_sequence("a")
+    assert m.pool.num_free == 8 and "a" not in m and len(m) == 0
+
+
+def test_can_allocate_and_can_append_match_what_fits():
+    m = KVCacheManager(3, 4)
+    assert m.can_allocate(12) and not m.can_allocate(13)
+    m.add_sequence("a", range(8))
+    assert m.can_append("a", 4) and not m.can_append("a", 5)
+
+
+def test_stats_count_tokens_and_internal_fragmentation():
+    m = KVCacheManager(10, 4)
+    m.add_sequence("a", range(5))
+    m.add_sequence("b", range(4))
+    s = m.stats()
+    assert (s.num_in_use_blocks, s.num_free_blocks, s.num_tokens, s.num_sequences) == (3, 7, 9, 2)
+    assert s.usage == pytest.approx(0.3)
+    assert s.reserved_slots == 12
+    assert s.internal_fragmentation == pytest.approx(3 / 12)
+
+
+def test_snapshot_names_owners_and_filled_tokens():
+    m = KVCacheManager(4, 4, blocks_per_page=2)
+    m.add_sequence("a", range(6))
+    snap = m.snapshot()
+    assert snap.block_tables == {"a": (0, 1)}
+    assert [b.owners for b in snap.blocks] == [("a",), ("a",), (), ()]
+    assert [b.num_tokens for b in snap.blocks] == [4, 2, 0, 0]
+    assert [b.state for b in snap.blocks][:2] == [BlockState.IN_USE] * 2
+    assert snap.free_pages() == [1]
+
+
+def test_numpy_and_torch_token_ids_are_accepted_as_ints():
+    m = KVCacheManager(4, 4)
+    m.add_sequence("a", np.arange(3))
+    m.append_tokens("a", torch.tensor([5, 6]))
+    assert m.token_ids("a") == [0, 1, 2, 5, 6]
+    assert all(type(t) is int for t in m.token_ids("a"))
+
+
+def test_sequence_ids_are_listed_oldest_first():
+    m = KVCacheManager(4, 4)
+    for s in ("c", "a", "b"):
+        m.add_sequence(s, [1])
+    assert m.sequence_ids == ["c", "a", "b"]
+
+
+# -- bad input: typed errors, state unchanged ---------------------------------------------
+
+
+def prepared():
+    m = KVCacheManager(4, 4)
+    m.add_sequence("a", range(5))
+    m.add_sequence("b", range(4))
+    return m
+
+
+def state(m):
+    return m.snapshot(), m.stats(), {s: m.token_ids(s) for s in m.sequence_ids}
+
+
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        (lambda m: m.add_sequence("a", [1]), DuplicateSequence),
+        (lambda m: m.add_sequence("c", []), InvalidArgument),
+        (lambda m: m.add_sequence("c", [1, -2]), InvalidArgument),
+        (lambda m: m.add_sequence("c", [1, 2.0]), InvalidArgument),
+        (lambda m: m.add_sequence("c", [True]), InvalidArgument),
+        (lambda m: m.add_sequence("c", range(9)), OutOfBlocks),
+        (lambda m: m.append_tokens("zz", [1]), UnknownSequence),
+        (lambda m: m.append_tokens("b", range(9)), OutOfBlocks),
+        (lambda m: m.append_tokens("a", ["x"]), InvalidArgument),
+        (lambda m: m.free_sequence("zz"), UnknownSequence),
+        (lambda m: m.free_sequence(["unhashable"]), UnknownSequence),
+        (lambda m: m.block_table("zz"), UnknownSequence),
+        (lambda m: m.slot_mapping("a", 3, 2), InvalidArgument),
+        (lambda m: m.can_allocate(-1), InvalidArgument),
+        (lambda m: m.can_append("a", -1), InvalidArgument),
+        (lambda m: KVCacheManager(0), InvalidArgument),
+    ],
+)
+def test_bad_calls_raise_typed_errors_and_change_nothing(action, error):
+    m = prepared()
+    before = state(m)
+    with pytest.raises(error):
+        action(m)
+    assert state(m) == before
+
+
+def test_appending_to_a_freed_sequence_is_an_unknown_sequence():
+    m = prepared()
+    m.free_sequence("a")
+    with pytest.raises(UnknownSequence, match="add_sequence"):
+        m.append_tokens("a", [1])
+
+
+def test_out_of_blocks_message_says_what_to_do():
+    m = prepared()
+    with pytest.raises(OutOfBlocks, match=r"asked for 3 blocks but only 1 of 4 are free"):
+        m.add_sequence("c", range(12))

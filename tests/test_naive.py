@@ -1,0 +1,48 @@
+from collections import OrderedDict
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from paged_kv import InvalidBlock, OutOfBlocks
+from paged_kv.course import checks
+from paged_kv.course.naive import ListLRU, ScanBlockPool
+
+
+def test_scan_pool_allocates_correctly_but_scans():
+    checks.check_allocate(ScanBlockPool)
+    with pytest.raises(checks.CheckFailed, match="it scans the pool"):
+        checks.check_constant_time_allocate(ScanBlockPool)
+
+
+def test_scan_pool_misses_a_double_free_inside_one_call():
+    with pytest.raises(checks.CheckFailed, match="release"):
+        checks.check_release(ScanBlockPool)
+
+
+def test_scan_pool_refuses_the_obvious_errors():
+    pool = ScanBlockPool(2)
+    with pytest.raises(OutOfBlocks):
+        pool.allocate(3)
+    with pytest.raises(InvalidBlock):
+        pool.release([0])
+
+
+@given(st.lists(st.tuples(st.sampled_from(["touch", "evict", "remove"]), st.integers(0, 5))))
+def test_list_lru_matches_an_ordered_dict(ops):
+    lru, ref = ListLRU(), OrderedDict()
+    for op, key in ops:
+        if op == "touch":
+            lru.touch(key)
+            ref[key] = None
+            ref.move_to_end(key)
+        elif op == "remove" and key in ref:
+            lru.remove(key)
+            del ref[key]
+        elif op == "evict" and ref:
+            assert lru.evict() == ref.popitem(last=False)[0]
+        assert lru.order == list(ref) and len(lru) == len(ref)
+        assert (key in lru) == (key in ref)
+    if not ref:
+        with pytest.raises(KeyError):
+            lru.evict()
