@@ -6,7 +6,7 @@ the scan a first version would do, and pages are tracked with counters, not sear
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -79,9 +79,9 @@ class PackedPagesFreeList:
 
     def _take_page(self) -> int:
         """Remove and return the fullest page with a free block (an empty page if none)."""
-        for bucket in self._partial[1:]:
-            if bucket:
-                return bucket.popitem()[0]
+        for free in range(1, self._per_page):
+            if self._partial[free]:
+                return self._partial[free].popitem()[0]
         return self._empty.pop()
 
 
@@ -182,8 +182,11 @@ class BlockPool:
         Validates everything first: a double free or foreign id raises `InvalidBlock` and
         releases nothing.
         """
-        ids = list(block_ids)
-        for block_id, times in Counter(self._check_id(b) for b in ids).items():
+        ids = [self._check_id(b) for b in block_ids]
+        drops: dict[int, int] = {}
+        for block_id in ids:
+            drops[block_id] = drops.get(block_id, 0) + 1
+        for block_id, times in drops.items():
             if times > self._ref[block_id]:
                 raise InvalidBlock(
                     f"block {block_id} has {self._ref[block_id]} reference(s) but release was "
