@@ -59,7 +59,7 @@ def render_pool_html(snapshot: PoolSnapshot, highlight: Hashable | None = None) 
     else:
         groups = [_flex("".join(cells), gap="3px")]
     return (
-        '<div class="paged-kv-pool" style="font-family:monospace;font-size:11px">'
+        '<div class="paged-kv-pool" style="font-family:monospace;font-size:11px;line-height:1.25">'
         f"{_legend_html(snapshot, highlight)}{_flex(''.join(groups), gap='8px')}</div>"
     )
 
@@ -71,6 +71,7 @@ class PoolGrid(widgets.VBox):
         self.highlight = widgets.Dropdown(description="highlight", options=[("none", None)])
         self.grid = widgets.HTML()
         super().__init__([self.highlight, self.grid])
+        self.add_class("paged-kv-grid")
         self.snapshot = snapshot
         self.highlight.observe(lambda _: self._draw(), names="value")
         if snapshot is not None:
@@ -125,6 +126,7 @@ class OperationStepper(widgets.VBox):
         self.slider.observe(lambda change: self._show(change["new"]), names="value")
         controls = widgets.HBox([self.play, self.back_button, self.step_button, self.slider])
         super().__init__([controls, self.caption, self.view])
+        self.add_class("paged-kv-stepper")
         self._show(0)
 
     @property
