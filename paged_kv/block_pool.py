@@ -1,16 +1,18 @@
-"""The block pool: physical KV blocks, their reference counts and the free list.
+"""The block pool: physical KV blocks, their reference counts, the free list and the cache.
 
 Every operation costs O(1) per block touched, whatever the pool size: a free list replaces
-the scan a first version would do, and pages are tracked with counters, not searches.
+the scan a first version would do, pages are tracked with counters, and cached blocks are
+chosen for eviction by an O(1) policy.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Literal
 
 from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks, require_positive_int
+from paged_kv.eviction import EvictionPolicy, make_policy
 from paged_kv.snapshot import BlockInfo, BlockState, PoolSnapshot
 
 Allocation = Literal["fifo", "pack_pages"]
@@ -88,8 +90,9 @@ class PackedPagesFreeList:
 class BlockPool:
     """`num_blocks` physical blocks of `block_size` tokens, handed out by reference count.
 
-    A block is free (ref 0) or in use (ref >= 1). `allocate` is all-or-nothing, `release`
-    drops references and returns blocks whose count reaches 0 to the free list.
+    A block is free (ref 0, nothing kept), in use (ref >= 1), or cached (ref 0, content kept
+    for reuse after `keep_content`). `allocate` takes free blocks first and evicts cached
+    ones, chosen by the eviction policy, only when no free block is left. All or nothing.
     """
 
     def __init__(
@@ -99,6 +102,8 @@ class BlockPool:
         *,
         blocks_per_page: int | None = None,
         allocation: Allocation = "fifo",
+        eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
+        on_evict: Callable[[int], None] | None = None,
     ) -> None:
         require_positive_int("num_blocks", num_blocks)
         require_positive_int("block_size", block_size)
@@ -119,13 +124,17 @@ class BlockPool:
         self.block_size = block_size
         self.blocks_per_page = blocks_per_page
         self.allocation: Allocation = allocation
+        self.policy = make_policy(eviction)
+        self.on_evict = on_evict
+        self.evictions: dict[str, int] = {"allocation": 0, "reset": 0}
         self._ref = [0] * num_blocks
+        self._keeps = bytearray(num_blocks)  # 1: the block's content is kept when released
         self._free: FifoFreeList | PackedPagesFreeList = (
             PackedPagesFreeList(num_blocks, blocks_per_page)
             if allocation == "pack_pages"
             else FifoFreeList(num_blocks)
         )
-        self._page_used = [0] * self.num_pages
+        self._page_used = [0] * self.num_pages  # blocks in use or cached, per page
 
     # -- sizes ---------------------------------------------------------------------------
 
@@ -136,51 +145,85 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        """Blocks ready to allocate."""
+        """Blocks holding nothing, ready to allocate."""
         return len(self._free)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks with no reference that keep their content until evicted."""
+        return len(self.policy)
 
     @property
     def num_in_use(self) -> int:
         """Blocks with at least one reference."""
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - len(self._free) - len(self.policy)
+
+    @property
+    def num_available(self) -> int:
+        """Blocks an allocation can get: free ones, then cached ones by eviction."""
+        return len(self._free) + len(self.policy)
 
     # -- allocation ----------------------------------------------------------------------
 
     def allocate(self, n: int = 1) -> list[int]:
-        """Take `n` free blocks at ref count 1; if short, raise `OutOfBlocks`, change nothing."""
+        """Take `n` blocks at ref count 1, free ones first, then evicting cached ones.
+
+        If fewer than `n` are available, raise `OutOfBlocks` and change nothing.
+        """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidArgument(f"allocate(n) needs an int n >= 0, got {n!r}.")
-        if n > len(self._free):
+        if n > self.num_available:
             raise OutOfBlocks(
-                f"asked for {n} blocks but only {len(self._free)} of {self.num_blocks} are "
-                "free; release blocks (finish or preempt a sequence) or use a bigger pool.",
+                f"asked for {n} blocks but only {self.num_available} of {self.num_blocks} are "
+                "free or evictable; release blocks (finish or preempt a sequence) or use a "
+                "bigger pool.",
                 requested=n,
-                available=len(self._free),
+                available=self.num_available,
             )
-        ids = [self._free.take() for _ in range(n)]
+        from_free = min(n, len(self._free))
+        ids = [self._free.take() for _ in range(from_free)]
+        if self.blocks_per_page:
+            for block_id in ids:
+                self._page_used[block_id // self.blocks_per_page] += 1
+        for _ in range(n - from_free):
+            ids.append(self._drop_content(self.policy.evict(), "allocation"))
         for block_id in ids:
             self._ref[block_id] = 1
-            if self.blocks_per_page:
-                self._page_used[block_id // self.blocks_per_page] += 1
         return ids
 
-    def share(self, block_ids: Iterable[int]) -> None:
-        """Add one reference to each in-use block (a second sequence now reads it)."""
+    def keep_content(self, block_ids: Iterable[int]) -> None:
+        """Mark in-use blocks as worth keeping: released, they become cached, not free."""
         ids = list(block_ids)
         for block_id in ids:
-            self._check_id(block_id)
-            if self._ref[block_id] == 0:
+            if self._ref[self._check_id(block_id)] == 0:
+                raise InvalidBlock(
+                    f"block {block_id} has no reference; only blocks in use can be kept."
+                )
+        for block_id in ids:
+            if not self._keeps[block_id]:
+                self._keeps[block_id] = 1
+                self.policy.touch(block_id)
+
+    def share(self, block_ids: Iterable[int]) -> None:
+        """Add one reference to each block: in use, or cached (a hit that revives it)."""
+        ids = list(block_ids)
+        for block_id in ids:
+            if self.state(block_id) is BlockState.FREE:
                 raise InvalidBlock(
                     f"block {block_id} is free, so it cannot be shared; allocate it first."
                 )
         for block_id in ids:
+            if self._ref[block_id] == 0:
+                self.policy.revive(block_id)
+            if self._keeps[block_id]:
+                self.policy.touch(block_id)
             self._ref[block_id] += 1
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
-        """Drop one reference per id; return the blocks that became free, in the order given.
+        """Drop one reference per id; return the blocks that lost their last reference.
 
-        Validates everything first: a double free or foreign id raises `InvalidBlock` and
-        releases nothing.
+        Those become cached if their content is kept, free otherwise. Validates everything
+        first: a double free or foreign id raises `InvalidBlock` and releases nothing.
         """
         ids = [self._check_id(b) for b in block_ids]
         drops: dict[int, int] = {}
@@ -192,15 +235,23 @@ class BlockPool:
                     f"block {block_id} has {self._ref[block_id]} reference(s) but release was "
                     f"asked to drop {times}: a double free. Release each reference once."
                 )
-        freed = []
+        unreferenced = []
         for block_id in ids:
             self._ref[block_id] -= 1
             if self._ref[block_id] == 0:
-                self._free.put(block_id)
-                if self.blocks_per_page:
-                    self._page_used[block_id // self.blocks_per_page] -= 1
-                freed.append(block_id)
-        return freed
+                if self._keeps[block_id]:
+                    self.policy.make_evictable(block_id)
+                else:
+                    self._put_free(block_id)
+                unreferenced.append(block_id)
+        return unreferenced
+
+    def evict_all_cached(self) -> int:
+        """Drop every cached block's content (they become free); return how many."""
+        count = len(self.policy)
+        for _ in range(count):
+            self._put_free(self._drop_content(self.policy.evict(), "reset"))
+        return count
 
     # -- queries -------------------------------------------------------------------------
 
@@ -210,7 +261,9 @@ class BlockPool:
 
     def state(self, block_id: int) -> BlockState:
         """The block's state."""
-        return BlockState.IN_USE if self.ref_count(block_id) else BlockState.FREE
+        if self.ref_count(block_id):
+            return BlockState.IN_USE
+        return BlockState.CACHED if self._keeps[block_id] else BlockState.FREE
 
     def page_of(self, block_id: int) -> int:
         """The page that holds `block_id` (pages must be on)."""
@@ -243,7 +296,7 @@ class BlockPool:
         blocks = tuple(
             BlockInfo(
                 block_id=b,
-                state=BlockState.IN_USE if ref else BlockState.FREE,
+                state=self.state(b),
                 ref_count=ref,
                 page=b // per_page if per_page else None,
                 owners=owners.get(b, ()),
@@ -252,6 +305,19 @@ class BlockPool:
             for b, ref in enumerate(self._ref)
         )
         return PoolSnapshot(self.block_size, per_page, blocks, tables)
+
+    def _put_free(self, block_id: int) -> None:
+        self._free.put(block_id)
+        if self.blocks_per_page:
+            self._page_used[block_id // self.blocks_per_page] -= 1
+
+    def _drop_content(self, block_id: int, reason: str) -> int:
+        """An evicted block forgets its content; whoever indexed it is told."""
+        self._keeps[block_id] = 0
+        self.evictions[reason] += 1
+        if self.on_evict is not None:
+            self.on_evict(block_id)
+        return block_id
 
     def _check_id(self, block_id: object) -> int:
         if isinstance(block_id, bool) or not isinstance(block_id, int):
@@ -264,7 +330,8 @@ class BlockPool:
 
     def __repr__(self) -> str:
         pages = f", {self.num_pages} pages" if self.blocks_per_page else ""
+        cached = f", {self.num_cached} cached" if self.num_cached else ""
         return (
-            f"BlockPool({self.num_free}/{self.num_blocks} free, block_size={self.block_size}"
-            f"{pages}, allocation={self.allocation!r})"
+            f"BlockPool({self.num_free}/{self.num_blocks} free{cached}, "
+            f"block_size={self.block_size}{pages}, allocation={self.allocation!r})"
         )

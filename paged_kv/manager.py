@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from paged_kv.block_pool import Allocation, BlockPool
 from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.errors import DuplicateSequence, InvalidArgument, UnknownSequence
+from paged_kv.eviction import EvictionPolicy
 from paged_kv.snapshot import PoolSnapshot
 
 SeqId = Hashable
@@ -25,13 +26,15 @@ class UsageStats:
     num_blocks: int
     num_free_blocks: int
     num_in_use_blocks: int
+    num_cached_blocks: int
+    evictions: int
     num_sequences: int
     num_tokens: int
     block_size: int
 
     @property
     def usage(self) -> float:
-        """Fraction of blocks in use."""
+        """Fraction of blocks in use (cached blocks are not: they can be evicted)."""
         return self.num_in_use_blocks / self.num_blocks
 
     @property
@@ -65,9 +68,14 @@ class KVCacheManager:
         *,
         blocks_per_page: int | None = None,
         allocation: Allocation = "fifo",
+        eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
     ) -> None:
         self.pool = BlockPool(
-            num_blocks, block_size, blocks_per_page=blocks_per_page, allocation=allocation
+            num_blocks,
+            block_size,
+            blocks_per_page=blocks_per_page,
+            allocation=allocation,
+            eviction=eviction,
         )
         self.block_size = block_size
         self._seqs: dict[SeqId, _SequenceEntry] = {}
@@ -113,14 +121,14 @@ class KVCacheManager:
     def can_allocate(self, num_tokens: int) -> bool:
         """Would a new sequence with a `num_tokens`-token prompt fit right now?"""
         _check_count("num_tokens", num_tokens)
-        return blocks_needed(num_tokens, self.block_size) <= self.pool.num_free
+        return blocks_needed(num_tokens, self.block_size) <= self.pool.num_available
 
     def can_append(self, seq_id: SeqId, num_new_tokens: int = 1) -> bool:
         """Would appending `num_new_tokens` to `seq_id` fit right now?"""
         _check_count("num_new_tokens", num_new_tokens)
         entry = self._entry(seq_id)
         need = blocks_needed(len(entry.token_ids) + num_new_tokens, self.block_size)
-        return need - len(entry.block_table) <= self.pool.num_free
+        return need - len(entry.block_table) <= self.pool.num_available
 
     # -- reading a sequence --------------------------------------------------------------
 
@@ -166,6 +174,8 @@ class KVCacheManager:
             num_blocks=self.pool.num_blocks,
             num_free_blocks=self.pool.num_free,
             num_in_use_blocks=self.pool.num_in_use,
+            num_cached_blocks=self.pool.num_cached,
+            evictions=sum(self.pool.evictions.values()),
             num_sequences=len(self._seqs),
             num_tokens=self._num_tokens,
             block_size=self.block_size,

@@ -1,13 +1,15 @@
-"""Replay synthetic serving traffic to measure where KV memory goes.
+"""Replay synthetic traffic to measure where KV memory goes and how often the cache hits.
 
 The memory-waste study of the PagedAttention paper (Kwon et al., SOSP 2023, Fig. 2): the
 same requests run through contiguous reservation (to the maximum length, to a power of two,
 to the exact length an oracle knows) and through paged blocks, under one memory budget.
+Then block-access traces replayed through eviction policies, against Belady's optimum.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ import numpy as np
 
 from paged_kv.block_table import blocks_needed
 from paged_kv.errors import InvalidArgument, require_positive_int
+from paged_kv.eviction import EvictionPolicy, make_policy
 from paged_kv.manager import KVCacheManager
 
 Scheme = Literal["max", "pow2", "oracle", "paged"]
@@ -274,3 +277,74 @@ def memory_waste_study(
         )
         for s in SCHEMES
     ]
+
+
+# -- replaying block-access traces through eviction policies -------------------------------
+
+
+@dataclass(frozen=True)
+class HitStats:
+    """Hits and misses of one replay."""
+
+    policy: str
+    capacity: int
+    hits: int
+    misses: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / (self.hits + self.misses) if self.hits + self.misses else 0.0
+
+
+def replay_trace(
+    trace: Sequence[int], capacity: int, policy: str | EvictionPolicy | type[EvictionPolicy]
+) -> HitStats:
+    """Run `trace` through a cache of `capacity` blocks managed by `policy`.
+
+    A hit touches the block; a miss evicts the policy's victim when the cache is full, then
+    brings the block in. Every cached block is evictable (no request holds it).
+    """
+    require_positive_int("capacity", capacity)
+    chosen = make_policy(policy)
+    hits = 0
+    for key in trace:
+        if key in chosen:
+            hits += 1
+            chosen.touch(key)
+            continue
+        if len(chosen) >= capacity:
+            chosen.evict()
+        chosen.touch(key)
+        chosen.make_evictable(key)
+    return HitStats(chosen.name, capacity, hits, len(trace) - hits)
+
+
+def belady_hits(trace: Sequence[int], capacity: int) -> HitStats:
+    """Belady's optimal offline policy: on a miss, evict the block used furthest in the future.
+
+    No policy that must bring every missed block in can hit more often. O(n log n): the next
+    use of every position comes from one backward pass, and cached blocks wait in a max-heap
+    keyed by next use (entries made stale by a later hit are skipped when they surface).
+    """
+    require_positive_int("capacity", capacity)
+    never = len(trace)
+    next_use = [never] * len(trace)
+    seen: dict[int, int] = {}
+    for t in range(len(trace) - 1, -1, -1):
+        next_use[t] = seen.get(trace[t], never)
+        seen[trace[t]] = t
+    cached: dict[int, int] = {}  # block -> its next use
+    heap: list[tuple[int, int]] = []  # (-next use, block)
+    hits = 0
+    for t, key in enumerate(trace):
+        if key in cached:
+            hits += 1
+        elif len(cached) >= capacity:
+            while True:
+                neg_next, victim = heapq.heappop(heap)
+                if cached.get(victim) == -neg_next:
+                    del cached[victim]
+                    break
+        cached[key] = next_use[t]
+        heapq.heappush(heap, (-next_use[t], key))
+    return HitStats("belady", capacity, hits, len(trace) - hits)

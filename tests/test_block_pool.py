@@ -169,3 +169,61 @@ def test_out_of_blocks_reports_requested_and_available():
 def test_page_of_without_pages_is_refused():
     with pytest.raises(InvalidArgument):
         BlockPool(4).page_of(0)
+
+
+# -- cached blocks and eviction -----------------------------------------------------------
+
+
+def test_kept_blocks_become_cached_and_are_evicted_only_when_nothing_is_free():
+    evicted = []
+    pool = BlockPool(4, 16, eviction="lru", on_evict=evicted.append)
+    a, b, c = pool.allocate(3)
+    pool.keep_content([a, b])
+    pool.release([a, b, c])
+    assert [pool.state(x) for x in (a, b, c)] == [BlockState.CACHED] * 2 + [BlockState.FREE]
+    assert (pool.num_free, pool.num_cached, pool.num_in_use, pool.num_available) == (2, 2, 0, 4)
+    assert sorted(pool.allocate(2)) == sorted({0, 1, 2, 3} - {a, b}) and evicted == []
+    [reused] = pool.allocate(1)  # no free block left: the least recently used cached one goes
+    assert reused == a and evicted == [a] and pool.evictions["allocation"] == 1
+    assert pool.state(a) is BlockState.IN_USE and pool.state(b) is BlockState.CACHED
+
+
+def test_sharing_a_cached_block_revives_it_out_of_the_policy():
+    pool = BlockPool(2, 16, eviction="lfu")
+    [a] = pool.allocate(1)
+    pool.keep_content([a])
+    pool.release([a])
+    pool.share([a])  # a prefix-cache hit
+    assert pool.state(a) is BlockState.IN_USE and a not in pool.policy
+    assert pool.policy.count(a) == 2  # first use + the hit
+    with pytest.raises(OutOfBlocks):
+        pool.allocate(2)  # a is in use now: never evicted
+
+
+def test_lfu_pool_evicts_the_least_hit_cached_block():
+    pool = BlockPool(3, 16, eviction="lfu")
+    ids = pool.allocate(3)
+    pool.keep_content(ids)
+    pool.share(ids[:1] * 3)  # block 0 is hit three times
+    pool.release(ids + ids[:1] * 3)
+    assert pool.allocate(2) == [ids[1], ids[2]]
+
+
+def test_evict_all_cached_frees_every_cached_block():
+    seen = []
+    pool = BlockPool(4, 16, blocks_per_page=2, on_evict=seen.append)
+    ids = pool.allocate(3)
+    pool.keep_content(ids)
+    pool.release(ids[:2])
+    assert pool.free_pages() == []  # cached blocks still hold their page
+    assert pool.evict_all_cached() == 2 and sorted(seen) == sorted(ids[:2])
+    assert pool.evictions == {"allocation": 0, "reset": 2}
+    assert pool.num_free == 3 and pool.state(ids[2]) is BlockState.IN_USE
+
+
+def test_keep_content_needs_a_block_in_use():
+    pool = BlockPool(2, 16)
+    with pytest.raises(InvalidBlock):
+        pool.keep_content([0])
+    with pytest.raises(InvalidArgument):
+        BlockPool(2, eviction="random")

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from paged_kv import BlockPool, BlockState, KVCacheManager, OutOfBlocks
 from paged_kv.block_table import blocks_needed
+from paged_kv.eviction import POLICIES
 
 STEPS = settings(max_examples=250, stateful_step_count=50, deadline=None)
 
@@ -23,21 +24,31 @@ class PoolMachine(RuleBasedStateMachine):
         super().__init__()
         self.pool = None
         self.refs = Counter()
+        self.kept: set[int] = set()  # blocks whose content is kept (in use or cached)
+        self.evicted: list[int] = []
 
     @precondition(lambda self: self.pool is None)
     @rule(
         pages=st.integers(1, 6),
         per_page=st.integers(1, 5),
         allocation=st.sampled_from(["fifo", "pack_pages"]),
+        eviction=st.sampled_from(sorted(POLICIES)),
     )
-    def create(self, pages, per_page, allocation):
-        self.pool = BlockPool(pages * per_page, 4, blocks_per_page=per_page, allocation=allocation)
+    def create(self, pages, per_page, allocation, eviction):
+        self.pool = BlockPool(
+            pages * per_page,
+            4,
+            blocks_per_page=per_page,
+            allocation=allocation,
+            eviction=eviction,
+            on_evict=self.evicted.append,
+        )
 
     @precondition(lambda self: self.pool is not None)
     @rule(n=st.integers(0, 12))
     def allocate(self, n):
         free_before = self.pool.num_free
-        if n > free_before:
+        if n > self.pool.num_available:
             snap = self.pool.snapshot()
             try:
                 self.pool.allocate(n)
@@ -45,9 +56,39 @@ class PoolMachine(RuleBasedStateMachine):
                 assert self.pool.snapshot() == snap
                 return
             raise AssertionError("allocation beyond capacity succeeded")
+        cached_before = self.cached()
+        self.evicted.clear()
         ids = self.pool.allocate(n)
         assert len(set(ids)) == n and not any(self.refs[b] for b in ids)
+        # Free blocks first; a cached block is evicted only for what the free list lacks.
+        assert len(self.evicted) == max(0, n - free_before)
+        assert set(self.evicted) <= cached_before and set(self.evicted) <= set(ids)
+        self.kept -= set(self.evicted)
         self.refs.update(ids)
+
+    @precondition(lambda self: self.pool is not None and self.refs)
+    @rule(data=st.data())
+    def keep_content(self, data):
+        b = data.draw(st.sampled_from(sorted(self.refs)))
+        self.pool.keep_content([b])
+        self.kept.add(b)
+
+    @precondition(lambda self: self.pool is not None and self.cached())
+    @rule(data=st.data())
+    def hit_cached(self, data):
+        b = data.draw(st.sampled_from(sorted(self.cached())))
+        self.pool.share([b])
+        self.refs[b] += 1
+
+    @precondition(lambda self: self.pool is not None)
+    @rule()
+    def evict_all_cached(self):
+        cached = self.cached()
+        assert self.pool.evict_all_cached() == len(cached)
+        self.kept -= cached
+
+    def cached(self) -> set[int]:
+        return {b for b in self.kept if not self.refs[b]}
 
     @precondition(lambda self: self.pool is not None and self.refs)
     @rule(data=st.data())
@@ -80,9 +121,14 @@ class PoolMachine(RuleBasedStateMachine):
         if self.pool is None:
             return
         snap = self.pool.snapshot()
+        cached = self.cached()
         for block in snap.blocks:
-            assert block.ref_count == self.refs[block.block_id]
+            b = block.block_id
+            assert block.ref_count == self.refs[b]
             assert (block.state is BlockState.IN_USE) == (block.ref_count > 0)
+            assert (block.state is BlockState.CACHED) == (b in cached)
+            assert (b in self.pool.policy) == (b in cached)  # in-use blocks are never candidates
+        assert self.pool.num_cached == len(cached) == snap.count(BlockState.CACHED)
         in_use = snap.count(BlockState.IN_USE)
         assert snap.count(BlockState.FREE) + snap.count(BlockState.CACHED) + in_use == len(
             snap.blocks

@@ -5,9 +5,11 @@ They work on small inputs; each one's docstring names the cost that makes it a f
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable, Iterable
 
 from paged_kv.errors import InvalidBlock, OutOfBlocks, require_positive_int
+from paged_kv.eviction import EvictionPolicy
 
 FREE, USED = False, True
 
@@ -79,3 +81,56 @@ class ListLRU:
         if not self.order:
             raise KeyError("nothing to evict: the LRU is empty")
         return self.order.pop(0)
+
+
+class HeapLFU(EvictionPolicy):
+    """LFU with a heap of (count, tick, key) entries and lazy deletion.
+
+    Every touch pushes a new entry instead of updating the old one, which stays in the heap
+    as garbage until it surfaces at `evict`: the heap grows with every access, not with the
+    number of cached keys, and each operation costs O(log heap size).
+    """
+
+    name = "heap-lfu"
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[int, int, Hashable]] = []
+        self.count: dict[Hashable, int] = {}
+        self.evictable: dict[Hashable, int] = {}  # key -> tick of its live heap entry
+        self.tick = 0
+
+    def __len__(self) -> int:
+        return len(self.evictable)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.evictable
+
+    def touch(self, key: Hashable) -> None:
+        self.count[key] = self.count.get(key, 0) + 1
+        if key in self.evictable:
+            self._push(key)
+
+    def make_evictable(self, key: Hashable) -> None:
+        self.count.setdefault(key, 0)
+        self._push(key)
+
+    def revive(self, key: Hashable) -> None:
+        del self.evictable[key]  # its heap entries become garbage
+
+    def forget(self, key: Hashable) -> None:
+        self.evictable.pop(key, None)
+        self.count.pop(key, None)
+
+    def evict(self) -> Hashable:
+        while self.heap:
+            _count, tick, key = heapq.heappop(self.heap)
+            if self.evictable.get(key) == tick:  # the live entry, not garbage
+                del self.evictable[key]
+                del self.count[key]
+                return key
+        raise self._nothing_to_evict()
+
+    def _push(self, key: Hashable) -> None:
+        self.tick += 1
+        self.evictable[key] = self.tick
+        heapq.heappush(self.heap, (self.count[key], self.tick, key))

@@ -1,0 +1,240 @@
+"""Eviction policies: which cached block to drop when the pool has no free block left.
+
+A policy sees block ids only. A block is *tracked* from its first `touch` until it is evicted
+or forgotten; among tracked blocks, the *evictable* ones (ref count 0, content kept) are the
+candidates. Every method is O(1): no heap, no list.remove, no scan.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from paged_kv.errors import InvalidArgument, InvalidBlock, require_positive_int
+
+
+class EvictionPolicy(ABC):
+    """The interface the pool calls; subclass it to plug in your own policy."""
+
+    name = "policy"
+
+    @abstractmethod
+    def touch(self, block_id: int) -> None:
+        """The block was used (allocated, hit or read); start tracking it if new."""
+
+    @abstractmethod
+    def make_evictable(self, block_id: int) -> None:
+        """The block's ref count fell to 0 and it keeps its content: a candidate now."""
+
+    @abstractmethod
+    def revive(self, block_id: int) -> None:
+        """A candidate is taken back into use (a cache hit); it stays tracked."""
+
+    @abstractmethod
+    def evict(self) -> int:
+        """Choose a candidate, stop tracking it, and return it."""
+
+    @abstractmethod
+    def forget(self, block_id: int) -> None:
+        """Stop tracking the block (its content is gone), whether evictable or not."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of evictable blocks."""
+
+    @abstractmethod
+    def __contains__(self, block_id: object) -> bool:
+        """Is the block evictable?"""
+
+    def _nothing_to_evict(self) -> InvalidBlock:
+        return InvalidBlock(
+            f"{self.name}: no evictable block; blocks become evictable when their last "
+            "reference is released with their content kept."
+        )
+
+
+class _OrderedPolicy(EvictionPolicy):
+    """Candidates in one ordered dict; subclasses decide what a touch does to the order."""
+
+    reorder_on_touch = False
+
+    def __init__(self) -> None:
+        self._order: OrderedDict[int, None] = OrderedDict()  # victim first
+
+    def touch(self, block_id: int) -> None:
+        if self.reorder_on_touch and block_id in self._order:
+            self._order.move_to_end(block_id)
+
+    def make_evictable(self, block_id: int) -> None:
+        self._order[block_id] = None
+        self._order.move_to_end(block_id)
+
+    def revive(self, block_id: int) -> None:
+        del self._order[block_id]
+
+    def evict(self) -> int:
+        if not self._order:
+            raise self._nothing_to_evict()
+        return self._order.popitem(last=False)[0]
+
+    def forget(self, block_id: int) -> None:
+        self._order.pop(block_id, None)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self._order
+
+
+class LRU(_OrderedPolicy):
+    """Least recently used: the candidate whose last use is oldest goes first."""
+
+    name = "lru"
+    reorder_on_touch = True
+
+
+class FIFO(_OrderedPolicy):
+    """First in, first out: candidates leave in the order they became evictable."""
+
+    name = "fifo"
+
+
+class LFU(EvictionPolicy):
+    """Least frequently used at block level, ties broken by recency (least recent first).
+
+    A block's count is the number of touches since it was first tracked; it survives while
+    the block keeps its content (in use or evictable) and is dropped on eviction.
+    Candidates sit in frequency buckets (ordered dicts, least recent first). Buckets are
+    capped at `max_bucket` (counts above it tie) so that a bitmask of non-empty buckets finds
+    the lowest one with one bit trick: O(1) even though blocks re-enter the candidates with
+    any count, which the classic linked list of frequencies cannot place in O(1).
+    """
+
+    name = "lfu"
+
+    def __init__(self, max_bucket: int = 255) -> None:
+        self.max_bucket = require_positive_int("max_bucket", max_bucket)
+        self._count: dict[int, int] = {}
+        self._buckets: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(max_bucket + 1)]
+        self._bucket_of: dict[int, int] = {}  # evictable block -> its bucket
+        self._nonempty = 0  # bit k set <=> bucket k holds a candidate
+
+    def count(self, block_id: int) -> int:
+        """The block's frequency (0 if untracked)."""
+        return self._count.get(block_id, 0)
+
+    def touch(self, block_id: int) -> None:
+        self._set_count(block_id, self._count.get(block_id, 0) + 1)
+
+    def make_evictable(self, block_id: int) -> None:
+        self._count.setdefault(block_id, 0)
+        self._enter(block_id, self._bucket(self._count[block_id]))
+
+    def revive(self, block_id: int) -> None:
+        self._leave(block_id)
+
+    def evict(self) -> int:
+        if not self._nonempty:
+            raise self._nothing_to_evict()
+        lowest = (self._nonempty & -self._nonempty).bit_length() - 1
+        block_id = next(iter(self._buckets[lowest]))
+        self._leave(block_id)
+        del self._count[block_id]
+        return block_id
+
+    def forget(self, block_id: int) -> None:
+        if block_id in self._bucket_of:
+            self._leave(block_id)
+        self._count.pop(block_id, None)
+
+    def __len__(self) -> int:
+        return len(self._bucket_of)
+
+    def __contains__(self, block_id: object) -> bool:
+        return block_id in self._bucket_of
+
+    def _set_count(self, block_id: int, count: int) -> None:
+        """Change a tracked block's count; a candidate moves to its new bucket's recent end."""
+        self._count[block_id] = count
+        bucket = self._bucket_of.get(block_id)
+        if bucket is not None:
+            self._leave(block_id)
+            self._enter(block_id, self._bucket(count))
+
+    def _bucket(self, count: int) -> int:
+        return min(count, self.max_bucket)
+
+    def _enter(self, block_id: int, bucket: int) -> None:
+        self._buckets[bucket][block_id] = None
+        self._bucket_of[block_id] = bucket
+        self._nonempty |= 1 << bucket
+
+    def _leave(self, block_id: int) -> None:
+        bucket = self._bucket_of.pop(block_id)
+        members = self._buckets[bucket]
+        del members[block_id]
+        if not members:
+            self._nonempty &= ~(1 << bucket)
+
+
+class AgingLFU(LFU):
+    """LFU over a sliding window: a block's count is its touches among the last `window`.
+
+    When a touch leaves the window, its block's count drops by one, so a block that was hot
+    long ago loses its lead and can be evicted; plain LFU would keep it forever. One touch
+    enters and at most one leaves per call: still O(1). `window` is the memory of the policy
+    in touches: a few times the number of blocks the cache holds is a good start.
+    """
+
+    name = "lfu-aging"
+
+    def __init__(self, window: int = 4096, max_bucket: int = 255) -> None:
+        super().__init__(max_bucket)
+        self.window = require_positive_int("window", window)
+        self._recent: deque[tuple[int, int]] = deque()  # (block, life) of recent touches
+        self._life: dict[int, int] = {}  # tracked block -> which tracking period it is in
+        self._lives = 0
+
+    def touch(self, block_id: int) -> None:
+        if block_id not in self._life:
+            self._lives += 1
+            self._life[block_id] = self._lives
+        super().touch(block_id)
+        self._recent.append((block_id, self._life[block_id]))
+        if len(self._recent) > self.window:
+            old, life = self._recent.popleft()
+            if self._life.get(old) == life:  # not a touch from before an eviction
+                self._set_count(old, self._count[old] - 1)
+
+    def evict(self) -> int:
+        block_id = super().evict()
+        self._life.pop(block_id, None)
+        return block_id
+
+    def forget(self, block_id: int) -> None:
+        super().forget(block_id)
+        self._life.pop(block_id, None)
+
+
+POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
+    "lru": LRU,
+    "lfu": LFU,
+    "lfu-aging": AgingLFU,
+    "fifo": FIFO,
+}
+
+
+def make_policy(policy: str | EvictionPolicy | type[EvictionPolicy]) -> EvictionPolicy:
+    """A policy from its name ("lru", "lfu", "lfu-aging", "fifo"), a class, or an instance."""
+    if isinstance(policy, EvictionPolicy):
+        return policy
+    if isinstance(policy, type) and issubclass(policy, EvictionPolicy):
+        return policy()
+    if isinstance(policy, str) and policy in POLICIES:
+        return POLICIES[policy]()
+    raise InvalidArgument(
+        f"unknown eviction policy {policy!r}; use one of {sorted(POLICIES)}, an "
+        "EvictionPolicy subclass, or an instance of one."
+    )

@@ -1,0 +1,127 @@
+"""Seeded synthetic traces of block accesses, each built to show a policy's strength or flaw.
+
+A trace is a list of block keys (ints) in access order: what a prefix cache sees as requests
+arrive and reuse (or not) the KV blocks of earlier ones. Labelled synthetic; every generator
+takes a seed and returns the same trace for the same arguments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paged_kv.errors import require_positive_int
+
+
+def _zipf_choices(rng: np.random.Generator, n: int, size: int, alpha: float) -> np.ndarray:
+    """`size` draws from ranks 0..n-1 with P(rank r) proportional to 1 / (r + 1)^alpha."""
+    weights = 1.0 / np.arange(1, n + 1) ** alpha
+    return rng.choice(n, size=size, p=weights / weights.sum())
+
+
+class _Keys:
+    """Hands out fresh block keys for blocks that are never shared."""
+
+    def __init__(self, start: int) -> None:
+        self.next = start
+
+    def take(self, n: int) -> list[int]:
+        keys = list(range(self.next, self.next + n))
+        self.next += n
+        return keys
+
+
+def shared_prefixes(
+    num_requests: int = 2000,
+    *,
+    num_prefixes: int = 200,
+    prefix_blocks: int = 4,
+    unique_blocks: int = 2,
+    alpha: float = 1.1,
+    seed: int = 0,
+) -> list[int]:
+    """Requests that start with a popular shared prefix, then blocks of their own.
+
+    Models system prompts, few-shot templates and RAG documents: a few prefixes are very
+    popular (Zipf with exponent `alpha`), most are rare, and each request's own tokens
+    (`unique_blocks`) are never reused. Frequency matters more than recency here.
+    """
+    require_positive_int("num_requests", num_requests)
+    rng = np.random.default_rng(seed)
+    fresh = _Keys(num_prefixes * prefix_blocks)
+    trace: list[int] = []
+    for p in _zipf_choices(rng, num_prefixes, num_requests, alpha):
+        trace += range(int(p) * prefix_blocks, (int(p) + 1) * prefix_blocks)
+        trace += fresh.take(unique_blocks)
+    return trace
+
+
+def prefixes_with_scans(
+    num_requests: int = 2000,
+    *,
+    scan_every: int = 50,
+    scan_blocks: int = 300,
+    num_prefixes: int = 200,
+    prefix_blocks: int = 4,
+    unique_blocks: int = 2,
+    alpha: float = 1.1,
+    seed: int = 0,
+) -> list[int]:
+    """`shared_prefixes`, plus before every `scan_every`-th request a one-off scan.
+
+    Models a long document summarised once: `scan_blocks` blocks arrive in a burst and are
+    never seen again. A scan longer than the cache flushes an LRU of every hot prefix; LFU
+    keeps them.
+    """
+    require_positive_int("scan_every", scan_every)
+    base = shared_prefixes(
+        num_requests,
+        num_prefixes=num_prefixes,
+        prefix_blocks=prefix_blocks,
+        unique_blocks=unique_blocks,
+        alpha=alpha,
+        seed=seed,
+    )
+    per_request = prefix_blocks + unique_blocks
+    fresh = _Keys(max(base) + 1)
+    trace: list[int] = []
+    for r in range(num_requests):
+        if r and r % scan_every == 0:
+            trace += fresh.take(scan_blocks)
+        trace += base[r * per_request : (r + 1) * per_request]
+    return trace
+
+
+def shifting_popularity(
+    num_requests: int = 3000,
+    *,
+    phases: int = 3,
+    num_prefixes: int = 100,
+    prefix_blocks: int = 4,
+    unique_blocks: int = 2,
+    alpha: float = 1.1,
+    seed: int = 0,
+) -> list[int]:
+    """Shared prefixes whose popular set changes completely at each of `phases` phases.
+
+    Models a service whose traffic moves on (yesterday's system prompt retired, a new RAG
+    corpus). Plain LFU keeps the formerly hot blocks on their old counts; aging lets them go.
+    """
+    require_positive_int("phases", phases)
+    rng = np.random.default_rng(seed)
+    fresh = _Keys(phases * num_prefixes * prefix_blocks)
+    trace: list[int] = []
+    per_phase = num_requests // phases
+    for phase in range(phases):
+        offset = phase * num_prefixes  # a new family of prefixes each phase
+        for p in _zipf_choices(rng, num_prefixes, per_phase, alpha):
+            first = (offset + int(p)) * prefix_blocks
+            trace += range(first, first + prefix_blocks)
+            trace += fresh.take(unique_blocks)
+    return trace
+
+
+WORKLOADS = {
+    "shared-prefixes": shared_prefixes,
+    "prefixes+scans": prefixes_with_scans,
+    "shifting-popularity": shifting_popularity,
+}
