@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 
+from paged_kv.block_pool import BlockPool
 from paged_kv.block_table import blocks_needed
 from paged_kv.errors import InvalidArgument, require_positive_int
 from paged_kv.eviction import EvictionPolicy, make_policy
@@ -348,3 +349,57 @@ def belady_hits(trace: Sequence[int], capacity: int) -> HitStats:
         cached[key] = next_use[t]
         heapq.heappush(heap, (-next_use[t], key))
     return HitStats("belady", capacity, hits, len(trace) - hits)
+
+
+@dataclass(frozen=True)
+class CacheFrame:
+    """The cache after one access of a trace replayed through a real `BlockPool`."""
+
+    step: int
+    key: int | None  # the block key accessed (None for the empty start)
+    hit: bool
+    block: int | None  # the physical block that holds it
+    keys: tuple[int | None, ...]  # key held by each physical block (None: free)
+    counts: tuple[int, ...]  # the policy's count per block (0 without counts)
+
+
+def trace_frames(
+    trace: Sequence[int], capacity: int, policy: str | EvictionPolicy | type[EvictionPolicy]
+) -> list[CacheFrame]:
+    """Replay `trace` through a `BlockPool` of `capacity` blocks; one frame per access.
+
+    A miss allocates a block (the pool evicts through `policy` when nothing is free) and
+    keeps its content; a hit shares and releases the cached block, as a request would. Hits
+    match `replay_trace` for LRU and the LFUs; FIFO differs, since a block that was in use
+    re-enters the queue at the back. For the replay widgets.
+    """
+    require_positive_int("capacity", capacity)
+    block_of: dict[int, int] = {}
+    key_of: dict[int, int] = {}
+
+    def forget(block: int) -> None:
+        del block_of[key_of.pop(block)]
+
+    pool = BlockPool(capacity, eviction=policy, on_evict=forget)
+    counts = getattr(pool.policy, "count", lambda _b: 0)
+    frames = [CacheFrame(0, None, False, None, (None,) * capacity, (0,) * capacity)]
+    for step, key in enumerate(trace, start=1):
+        hit = key in block_of
+        if hit:
+            pool.share([block_of[key]])
+        else:
+            [block] = pool.allocate(1)
+            block_of[key], key_of[block] = block, key
+            pool.keep_content([block])
+        pool.release([block_of[key]])
+        frames.append(
+            CacheFrame(
+                step,
+                key,
+                hit,
+                block_of[key],
+                tuple(key_of.get(b) for b in range(capacity)),
+                tuple(counts(b) if b in key_of else 0 for b in range(capacity)),
+            )
+        )
+    return frames

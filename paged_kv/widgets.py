@@ -1,7 +1,8 @@
 """Views of the block pool built from core ipywidgets only (no custom JavaScript).
 
 `render_pool_html` turns a `PoolSnapshot` into HTML (pure, so tests can read it);
-`BlockPoolView` shows a live pool or manager; `OperationStepper` replays a workload.
+`BlockPoolView` shows a live pool or manager; `OperationStepper` replays a workload;
+`TraceReplayView` replays a block-access trace with each block's count as a heat colour.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Protocol
 
 import ipywidgets as widgets
 
+from paged_kv.eviction import EvictionPolicy
 from paged_kv.manager import KVCacheManager
 from paged_kv.replay import Operation, replay
+from paged_kv.simulate import CacheFrame, trace_frames
 from paged_kv.snapshot import BlockInfo, BlockState, PoolSnapshot
 
 # How each kind of block looks. Colour is doubled by a border style and a glyph, so the
@@ -103,7 +106,42 @@ class BlockPoolView(PoolGrid):
         self.show(self.source.snapshot())
 
 
-class OperationStepper(widgets.VBox):
+class _Stepper(widgets.VBox):
+    """Play / back / step / slider controls over `num_states` recorded states."""
+
+    def __init__(self, num_states: int, body: list[widgets.Widget]) -> None:
+        last = num_states - 1
+        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step")
+        self.play = widgets.Play(value=0, min=0, max=last, interval=700, description="play")
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.back_button = widgets.Button(description="◀ back", tooltip="previous state")
+        self.step_button = widgets.Button(description="step ▶", tooltip="next state")
+        self.caption = widgets.HTML()
+        self.back_button.on_click(lambda _: self.back())
+        self.step_button.on_click(lambda _: self.step())
+        self.slider.observe(lambda change: self._show(change["new"]), names="value")
+        controls = widgets.HBox([self.play, self.back_button, self.step_button, self.slider])
+        super().__init__([controls, self.caption, *body])
+        self._show(0)
+
+    @property
+    def position(self) -> int:
+        """Index of the state shown (0 is the start)."""
+        return self.slider.value
+
+    def step(self) -> None:
+        """Show the next state."""
+        self.slider.value = min(self.slider.value + 1, self.slider.max)
+
+    def back(self) -> None:
+        """Show the previous state."""
+        self.slider.value = max(self.slider.value - 1, 0)
+
+    def _show(self, k: int) -> None:
+        raise NotImplementedError  # each stepper draws its own states
+
+
+class OperationStepper(_Stepper):
     """Replay `ops` on `manager` and step through the states: play, step, back, slider.
 
     The operations are applied once, up front (the manager ends in the final state); the
@@ -113,34 +151,9 @@ class OperationStepper(widgets.VBox):
     def __init__(self, manager: KVCacheManager, ops: Sequence[Operation]) -> None:
         self.ops = list(ops)
         self.snapshots = replay(manager, self.ops)
-        last = len(self.ops)
-        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step")
-        self.play = widgets.Play(value=0, min=0, max=last, interval=700, description="play")
-        widgets.jslink((self.play, "value"), (self.slider, "value"))
-        self.back_button = widgets.Button(description="◀ back", tooltip="previous operation")
-        self.step_button = widgets.Button(description="step ▶", tooltip="next operation")
-        self.caption = widgets.HTML()
         self.view = PoolGrid(self.snapshots[0])
-        self.back_button.on_click(lambda _: self.back())
-        self.step_button.on_click(lambda _: self.step())
-        self.slider.observe(lambda change: self._show(change["new"]), names="value")
-        controls = widgets.HBox([self.play, self.back_button, self.step_button, self.slider])
-        super().__init__([controls, self.caption, self.view])
+        super().__init__(len(self.snapshots), [self.view])
         self.add_class("paged-kv-stepper")
-        self._show(0)
-
-    @property
-    def position(self) -> int:
-        """How many operations have been applied in the state shown."""
-        return self.slider.value
-
-    def step(self) -> None:
-        """Show the state after the next operation."""
-        self.slider.value = min(self.slider.value + 1, len(self.ops))
-
-    def back(self) -> None:
-        """Show the state before the last operation shown."""
-        self.slider.value = max(self.slider.value - 1, 0)
 
     def _show(self, k: int) -> None:
         snap = self.snapshots[k]
@@ -151,6 +164,68 @@ class OperationStepper(widgets.VBox):
             f"{in_use} of {len(snap.blocks)} blocks in use"
         )
         self.view.show(snap)
+
+
+class TraceReplayView(_Stepper):
+    """A block-access trace replayed through a pool under `policy`, one access per step.
+
+    Each block shows the key it caches and the policy's count for it as a heat colour, so
+    LFU's hot blocks glow; the accessed block is outlined (solid: hit, dashed: miss).
+    """
+
+    def __init__(
+        self,
+        trace: Sequence[int],
+        capacity: int,
+        policy: str | EvictionPolicy | type[EvictionPolicy] = "lfu",
+    ) -> None:
+        self.frames = trace_frames(trace, capacity, policy)
+        self.grid = widgets.HTML()
+        super().__init__(len(self.frames), [self.grid])
+        self.add_class("paged-kv-trace")
+
+    def _show(self, k: int) -> None:
+        frame = self.frames[k]
+        hits = sum(f.hit for f in self.frames[1 : k + 1])
+        what = (
+            "start" if frame.key is None else f"key {frame.key}: {'hit' if frame.hit else 'miss'}"
+        )
+        self.caption.value = (
+            f"<b>step {k}/{len(self.frames) - 1}</b>: {what} — hit rate so far "
+            f"{hits / k if k else 0:.0%}"
+        )
+        self.grid.value = render_cache_html(frame)
+
+
+def render_cache_html(frame: CacheFrame) -> str:
+    """HTML of one replay frame: cached key and count per block, heat by count."""
+    hottest = max(frame.counts, default=0) or 1
+    cells = []
+    for block, (key, n) in enumerate(zip(frame.keys, frame.counts, strict=True)):
+        heat = n / hottest
+        fill = (
+            "#ffffff" if key is None else f"hsl({40 - 40 * heat:.0f}, 95%, {88 - 38 * heat:.0f}%)"
+        )
+        border = "1px dotted #9e9e9e" if key is None else "1px solid #8d6e63"
+        mark = ""
+        if block == frame.block:
+            mark = f"outline:3px {'solid' if frame.hit else 'dashed'} #1b5e20;outline-offset:1px;"
+        label = "·" if key is None else f"{key}<br><span style='font-size:8px'>×{n}</span>"
+        cells.append(
+            f'<div data-block-id="{block}" data-key="{"" if key is None else key}" '
+            f'data-count="{n}" '
+            f'style="width:34px;height:34px;box-sizing:border-box;background:{fill};'
+            f"border:{border};{mark}display:flex;flex-direction:column;align-items:center;"
+            f'justify-content:center">{label}</div>'
+        )
+    legend = (
+        "key and ×count per block · colour: white (free) → yellow (low count) → red (hottest) · "
+        "outline: solid = hit, dashed = miss"
+    )
+    return (
+        '<div class="paged-kv-cache" style="font-family:monospace;font-size:11px;line-height:1.25">'
+        f"<div style='margin-bottom:6px'>{legend}</div>{_flex(''.join(cells), gap='3px')}</div>"
+    )
 
 
 def _logical_positions(snapshot: PoolSnapshot, seq: Hashable | None) -> dict[int, int]:

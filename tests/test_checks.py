@@ -116,3 +116,58 @@ def test_library_passes_every_check():
     checks.check_blocks_needed(blocks_needed)
     checks.check_slot_mapping(slot_mapping)
     checks.check_grow_block_table(grow_block_table)
+
+
+# -- chapter 03 ------------------------------------------------------------------------------
+
+
+def test_library_policies_pass_the_eviction_checks():
+    from paged_kv.eviction import FIFO, LFU, LRU, AgingLFU
+
+    checks.check_lfu(LFU)
+    checks.check_aging(AgingLFU)
+    for policy in (LRU, FIFO, LFU, AgingLFU):
+        checks.check_policy_contract(policy)
+
+
+def test_the_seed_heap_lfu_fails_the_size_bound():
+    from paged_kv.course.naive import HeapLFU
+
+    with pytest.raises(checks.CheckFailed, match="garbage is piling up"):
+        checks.check_lfu(HeapLFU)
+
+
+def test_lfu_with_the_wrong_tie_break_is_caught():
+    from paged_kv.eviction import LFU
+
+    class MostRecentFirst(LFU):
+        def evict(self):
+            lowest = (self._nonempty & -self._nonempty).bit_length() - 1
+            block = next(reversed(self._buckets[lowest]))
+            self.forget(block)
+            return block
+
+    with pytest.raises(checks.CheckFailed, match="least recently touched"):
+        checks.check_lfu(MostRecentFirst)
+
+
+def test_plain_lfu_is_not_aging():
+    from paged_kv.eviction import LFU
+
+    class NotAging(LFU):
+        def __init__(self, window=4096):
+            super().__init__()
+
+    with pytest.raises(checks.CheckFailed, match="window=2"):
+        checks.check_aging(NotAging)
+
+
+def test_a_policy_that_evicts_blocks_in_use_breaks_the_contract():
+    from paged_kv.eviction import LRU
+
+    class Reckless(LRU):
+        def revive(self, block_id):
+            pass  # keeps revived blocks as candidates
+
+    with pytest.raises(checks.CheckFailed):
+        checks.check_policy_contract(Reckless)

@@ -83,3 +83,16 @@ def test_bad_arguments():
         simulate_memory_waste([Request(10, 10)], "max", budget_tokens=100, max_len=2048)
     with pytest.raises(InvalidArgument):
         simulate_memory_waste([Request(10, 10)], "lifo", budget_tokens=10_000)
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "lfu-aging"])
+def test_replaying_through_a_real_pool_gives_the_same_hits(policy):
+    from paged_kv.simulate import replay_trace, trace_frames
+    from paged_kv.workloads import shared_prefixes
+
+    trace = shared_prefixes(200, seed=3)
+    frames = trace_frames(trace, 40, policy)
+    assert sum(f.hit for f in frames) == replay_trace(trace, 40, policy).hits
+    assert all(sum(k is not None for k in f.keys) <= 40 for f in frames)
+    last = frames[-1]
+    assert last.keys[last.block] == trace[-1]

@@ -88,3 +88,20 @@ def test_stepper_steps_forward_and_back_through_recorded_states():
     assert stepper.position == 4 and in_use() == 0
     stepper.slider.value = 1
     assert in_use() == 2
+
+
+def test_trace_replay_view_shows_keys_counts_and_hits():
+    from paged_kv.widgets import TraceReplayView
+
+    view = TraceReplayView([1, 2, 1, 3, 1, 4], capacity=2, policy="lfu")
+    assert "step 0/6" in view.caption.value
+    for _ in range(3):
+        view.step()
+    assert "key 1: hit" in view.caption.value
+    assert re.findall(r'data-key="(\d*)" data-count="(\d+)"', view.grid.value) == [
+        ("1", "2"),
+        ("2", "1"),
+    ]
+    view.slider.value = 6  # 4 evicts 3 (count 1, least recent), not 1 (count 3)
+    keys = re.findall(r'data-key="(\d*)"', view.grid.value)
+    assert sorted(keys) == ["1", "4"] and "outline:3px dashed" in view.grid.value

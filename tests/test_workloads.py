@@ -1,0 +1,36 @@
+import pytest
+
+from paged_kv.workloads import WORKLOADS, prefixes_with_scans, shared_prefixes, shifting_popularity
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_traces_are_seeded(name):
+    make = WORKLOADS[name]
+    assert make(num_requests=300, seed=1) == make(num_requests=300, seed=1)
+    assert make(num_requests=300, seed=1) != make(num_requests=300, seed=2)
+
+
+def test_shared_prefixes_shape():
+    trace = shared_prefixes(100, num_prefixes=10, prefix_blocks=3, unique_blocks=2, seed=0)
+    assert len(trace) == 100 * 5
+    prefixes = [tuple(trace[i : i + 3]) for i in range(0, len(trace), 5)]
+    assert all(p[0] % 3 == 0 and p == (p[0], p[0] + 1, p[0] + 2) for p in prefixes)
+    uniques = [k for i in range(0, len(trace), 5) for k in trace[i + 3 : i + 5]]
+    assert len(set(uniques)) == len(uniques)  # a request's own blocks are never reused
+    counts = [prefixes.count((3 * p, 3 * p + 1, 3 * p + 2)) for p in range(10)]
+    assert counts[0] == max(counts)  # rank 0 is the most popular
+
+
+def test_scans_are_one_off_bursts():
+    base = shared_prefixes(100, seed=0)
+    trace = prefixes_with_scans(100, scan_every=25, scan_blocks=50, seed=0)
+    assert len(trace) == len(base) + 3 * 50
+    extra = [k for k in trace if k not in set(base)]
+    assert len(extra) == len(set(extra)) == 150
+
+
+def test_popularity_shifts_to_new_prefixes_each_phase():
+    trace = shifting_popularity(300, phases=3, num_prefixes=10, prefix_blocks=2, unique_blocks=1)
+    thirds = [set(trace[i * 300 : (i + 1) * 300]) for i in range(3)]
+    shared = lambda a, b: {k for k in a & b if k < 3 * 10 * 2}  # noqa: E731
+    assert not shared(thirds[0], thirds[2])
