@@ -135,14 +135,22 @@ class LFU(EvictionPolicy):
     def revive(self, block_id: int) -> None:
         self._leave(block_id)
 
-    def evict(self) -> int:
+    def peek(self) -> int:
+        """The block `evict` would choose now: oldest in the lowest non-empty bucket."""
         if not self._nonempty:
             raise self._nothing_to_evict()
         lowest = (self._nonempty & -self._nonempty).bit_length() - 1
-        block_id = next(iter(self._buckets[lowest]))
+        return next(iter(self._buckets[lowest]))
+
+    def evict(self) -> int:
+        block_id = self.peek()
         self._leave(block_id)
         del self._count[block_id]
         return block_id
+
+    def buckets(self) -> dict[int, list[int]]:
+        """Evictable blocks by bucket, least recent first (for teaching and views; O(n))."""
+        return {count: list(members) for count, members in enumerate(self._buckets) if members}
 
     def forget(self, block_id: int) -> None:
         if block_id in self._bucket_of:

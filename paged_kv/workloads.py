@@ -48,9 +48,24 @@ def shared_prefixes(
     require_positive_int("num_requests", num_requests)
     rng = np.random.default_rng(seed)
     fresh = _Keys(num_prefixes * prefix_blocks)
+    return _requests(rng, fresh, 0, num_prefixes, num_requests, prefix_blocks, unique_blocks, alpha)
+
+
+def _requests(
+    rng: np.random.Generator,
+    fresh: _Keys,
+    first_prefix: int,
+    num_prefixes: int,
+    num_requests: int,
+    prefix_blocks: int,
+    unique_blocks: int,
+    alpha: float,
+) -> list[int]:
+    """`num_requests` requests: a Zipf-chosen prefix among prefixes first_prefix.. + own blocks."""
     trace: list[int] = []
     for p in _zipf_choices(rng, num_prefixes, num_requests, alpha):
-        trace += range(int(p) * prefix_blocks, (int(p) + 1) * prefix_blocks)
+        first = (first_prefix + int(p)) * prefix_blocks
+        trace += range(first, first + prefix_blocks)
         trace += fresh.take(unique_blocks)
     return trace
 
@@ -110,13 +125,11 @@ def shifting_popularity(
     rng = np.random.default_rng(seed)
     fresh = _Keys(phases * num_prefixes * prefix_blocks)
     trace: list[int] = []
-    per_phase = num_requests // phases
-    for phase in range(phases):
-        offset = phase * num_prefixes  # a new family of prefixes each phase
-        for p in _zipf_choices(rng, num_prefixes, per_phase, alpha):
-            first = (offset + int(p)) * prefix_blocks
-            trace += range(first, first + prefix_blocks)
-            trace += fresh.take(unique_blocks)
+    for phase in range(phases):  # a new family of prefixes each phase
+        trace += _requests(
+            rng, fresh, phase * num_prefixes, num_prefixes, num_requests // phases,
+            prefix_blocks, unique_blocks, alpha,
+        )  # fmt: skip
     return trace
 
 
