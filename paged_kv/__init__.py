@@ -6,6 +6,7 @@ Import the pieces from here: `BlockPool`, `KVCacheManager`, the errors, and the 
 
 from paged_kv.block_pool import BlockPool, BlockState
 from paged_kv.errors import (
+    CacheBusy,
     DuplicateSequence,
     InvalidArgument,
     InvalidBlock,
@@ -22,6 +23,7 @@ __all__ = [
     "BlockInfo",
     "BlockPool",
     "BlockState",
+    "CacheBusy",
     "DuplicateSequence",
     "InvalidArgument",
     "InvalidBlock",

@@ -32,6 +32,10 @@ class DuplicateSequence(PagedKVError, ValueError):
     """A sequence with this id is already managed."""
 
 
+class CacheBusy(PagedKVError):
+    """The operation needs an idle cache (no block in use); free the sequences first."""
+
+
 class InvalidBlock(PagedKVError, ValueError):
     """A block id is foreign to the pool, or the block is already free (double free)."""
 

@@ -1,19 +1,29 @@
-"""The KV-cache manager: one block table per sequence, grown as tokens arrive.
+"""The KV-cache manager: one block table per sequence, grown as tokens arrive, shared by prefix.
 
-The engine talks to this class only. It asks the pool for blocks when a sequence starts or
-its last block fills up, and gives them back when the sequence is freed.
+The engine talks to this class only. A new sequence reuses the cached blocks of the longest
+prefix it shares with earlier ones, and gets fresh blocks for the rest; full blocks are
+registered in the prefix cache as they fill; freed blocks stay cached until evicted.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paged_kv.block_pool import Allocation, BlockPool
 from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
-from paged_kv.errors import DuplicateSequence, InvalidArgument, UnknownSequence
+from paged_kv.errors import (
+    CacheBusy,
+    DuplicateSequence,
+    InvalidArgument,
+    OutOfBlocks,
+    UnknownSequence,
+)
 from paged_kv.eviction import EvictionPolicy
+from paged_kv.hashing import BlockHash, ExtraKey, Salt, block_hashes, check_salt
+from paged_kv.metrics import HitRates, PrefixHitCounter
+from paged_kv.prefix_cache import PrefixCache
 from paged_kv.snapshot import PoolSnapshot
 
 SeqId = Hashable
@@ -30,6 +40,7 @@ class UsageStats:
     evictions: int
     num_sequences: int
     num_tokens: int
+    num_table_blocks: int
     block_size: int
 
     @property
@@ -38,27 +49,34 @@ class UsageStats:
         return self.num_in_use_blocks / self.num_blocks
 
     @property
-    def reserved_slots(self) -> int:
-        """Token slots in blocks that are in use."""
-        return self.num_in_use_blocks * self.block_size
+    def blocks_saved_by_sharing(self) -> int:
+        """Block-table entries minus blocks in use: what sharing spared."""
+        return self.num_table_blocks - self.num_in_use_blocks
 
     @property
     def internal_fragmentation(self) -> float:
-        """Fraction of in-use slots that hold no token (the unfilled tails of last blocks)."""
-        return 1 - self.num_tokens / self.reserved_slots if self.reserved_slots else 0.0
+        """Fraction of the sequences' slots that hold no token (unfilled last blocks)."""
+        slots = self.num_table_blocks * self.block_size
+        return 1 - self.num_tokens / slots if slots else 0.0
 
 
 @dataclass
 class _SequenceEntry:
     token_ids: list[int]
     block_table: list[int]
+    salt: Salt
+    extra_keys: tuple[ExtraKey, ...]
+    block_hashes: list[BlockHash] = field(default_factory=list)  # of its full blocks
+    num_cached_tokens: int = 0
 
 
 class KVCacheManager:
-    """Block tables for many sequences over one `BlockPool`.
+    """Block tables for many sequences over one `BlockPool`, with prefix caching.
 
-    `add_sequence` allocates blocks for a prompt, `append_tokens` adds a block only when the
-    last one is full, `free_sequence` returns them. Every call is all-or-nothing.
+    `add_sequence` reuses cached blocks of the longest matching prefix and allocates the
+    rest, `append_tokens` adds a block only when the last one is full (copying a shared
+    last block first), `fork` shares every block with a child, `free_sequence` releases
+    them (full blocks stay cached). Every call is all or nothing.
     """
 
     def __init__(
@@ -69,22 +87,42 @@ class KVCacheManager:
         blocks_per_page: int | None = None,
         allocation: Allocation = "fifo",
         eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
+        prefix_caching: bool = True,
+        hit_rate_window: int = 100,
     ) -> None:
+        self.prefix_cache = PrefixCache() if prefix_caching else None
         self.pool = BlockPool(
             num_blocks,
             block_size,
             blocks_per_page=blocks_per_page,
             allocation=allocation,
             eviction=eviction,
+            on_evict=self.prefix_cache.forget if self.prefix_cache is not None else None,
         )
         self.block_size = block_size
+        self.hits = PrefixHitCounter(hit_rate_window)
         self._seqs: dict[SeqId, _SequenceEntry] = {}
         self._num_tokens = 0
+        self._table_blocks = 0
+        self._copies: list[tuple[int, int]] = []
 
     # -- sequence lifecycle --------------------------------------------------------------
 
-    def add_sequence(self, seq_id: SeqId, token_ids: Sequence[int]) -> list[int]:
-        """Start `seq_id` with its prompt; return its block table. Raises `OutOfBlocks` if short."""
+    def add_sequence(
+        self,
+        seq_id: SeqId,
+        token_ids: Sequence[int],
+        *,
+        salt: Salt = None,
+        extra_keys: Sequence[ExtraKey] = (),
+    ) -> list[int]:
+        """Start `seq_id` with its prompt; return its block table.
+
+        Full blocks already cached for the same salt, extra keys and preceding tokens are
+        shared instead of allocated, except that the last prompt token is never a hit (its
+        logits must be computed). `num_cached_tokens(seq_id)` says how many tokens hit.
+        Raises `OutOfBlocks` if the rest does not fit, changing nothing.
+        """
         if seq_id in self._seqs:
             raise DuplicateSequence(
                 f"sequence {seq_id!r} already exists; free it first or pick a new id."
@@ -92,29 +130,114 @@ class KVCacheManager:
         tokens = _check_tokens(token_ids, "the prompt")
         if not tokens:
             raise InvalidArgument(f"sequence {seq_id!r} needs at least one prompt token.")
-        table: list[int] = []
-        grow_block_table(self.pool, table, 0, len(tokens))
-        self._seqs[seq_id] = _SequenceEntry(tokens, table)
+        entry = _SequenceEntry(tokens, [], check_salt(salt), tuple(extra_keys))
+        caching = self.prefix_cache is not None
+        hashes = self._hashes(entry, 0, len(tokens)) if caching else []
+        max_hits = (len(tokens) - 1) // self.block_size  # the last token is always computed
+        hit_blocks = self.prefix_cache.longest_prefix(hashes[:max_hits]) if caching else []
+        revived = sum(1 for b in hit_blocks if self.pool.ref_count(b) == 0)
+        need = blocks_needed(len(tokens), self.block_size) - len(hit_blocks)
+        if need > self.pool.num_available - revived:
+            hits = f" ({len(hit_blocks)} more are prefix hits)" if hit_blocks else ""
+            raise OutOfBlocks(
+                f"sequence {seq_id!r} needs {need} new blocks{hits} but only "
+                f"{self.pool.num_available - revived} can be had; free or preempt a sequence, "
+                "or use a bigger pool.",
+                requested=need,
+                available=self.pool.num_available - revived,
+            )
+        self.pool.share(hit_blocks)  # in use now: the allocation below cannot evict them
+        entry.block_table = list(hit_blocks)
+        hit_tokens = len(hit_blocks) * self.block_size
+        grow_block_table(self.pool, entry.block_table, hit_tokens, len(tokens) - hit_tokens)
+        entry.num_cached_tokens = hit_tokens
+        self._register_full_blocks(entry, hashes)
+        self._seqs[seq_id] = entry
         self._num_tokens += len(tokens)
-        return list(table)
+        self._table_blocks += len(entry.block_table)
+        self.hits.record(len(tokens), hit_tokens)
+        return list(entry.block_table)
 
     def append_tokens(self, seq_id: SeqId, token_ids: Sequence[int]) -> list[int]:
-        """Add decoded tokens to `seq_id`; return the block ids newly allocated (often none)."""
+        """Add decoded tokens to `seq_id`; return the block ids appended to its table.
+
+        If the last block is partly filled and shared (after a `fork`), it is first copied
+        to a block of its own (copy-on-write); `pop_block_copies` hands those copies to the
+        KV storage. Newly full blocks are registered for prefix caching.
+        """
         entry = self._entry(seq_id)
         tokens = _check_tokens(token_ids, "the appended tokens")
-        new_blocks = grow_block_table(
-            self.pool, entry.block_table, len(entry.token_ids), len(tokens)
-        )
+        if not tokens:
+            return []
+        table, length = entry.block_table, len(entry.token_ids)
+        copy_last = length % self.block_size != 0 and self.pool.ref_count(table[-1]) > 1
+        need = blocks_needed(length + len(tokens), self.block_size) - len(table) + copy_last
+        if need > self.pool.num_available:
+            raise OutOfBlocks(
+                f"appending {len(tokens)} token(s) to {seq_id!r} needs {need} new block(s) but "
+                f"only {self.pool.num_available} can be had; free or preempt a sequence.",
+                requested=need,
+                available=self.pool.num_available,
+            )
+        if copy_last:
+            [private] = self.pool.allocate(1)
+            self.pool.release([table[-1]])
+            self._copies.append((table[-1], private))
+            table[-1] = private
+        new_blocks = grow_block_table(self.pool, table, length, len(tokens))
         entry.token_ids.extend(tokens)
         self._num_tokens += len(tokens)
+        self._table_blocks += len(new_blocks)
+        if self.prefix_cache is not None:
+            full = len(entry.token_ids) // self.block_size * self.block_size
+            start = len(entry.block_hashes) * self.block_size
+            self._register_full_blocks(entry, self._hashes(entry, start, full))
         return new_blocks
 
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[int]:
+        """Start `child_id` as a copy of `parent_id` sharing all its blocks; return its table.
+
+        For parallel sampling and beam search: no block is copied until one of them appends
+        into the shared, partly filled last block.
+        """
+        parent = self._entry(parent_id)
+        if child_id in self._seqs:
+            raise DuplicateSequence(f"sequence {child_id!r} already exists; fork into a new id.")
+        self.pool.share(parent.block_table)
+        child = _SequenceEntry(
+            list(parent.token_ids),
+            list(parent.block_table),
+            parent.salt,
+            parent.extra_keys,
+            list(parent.block_hashes),
+            parent.num_cached_tokens,
+        )
+        self._seqs[child_id] = child
+        self._num_tokens += len(child.token_ids)
+        self._table_blocks += len(child.block_table)
+        return list(child.block_table)
+
     def free_sequence(self, seq_id: SeqId) -> None:
-        """Forget `seq_id` and release its blocks, last block first."""
+        """Forget `seq_id` and release its blocks, last first; registered ones stay cached."""
         entry = self._entry(seq_id)
         self.pool.release(reversed(entry.block_table))
         self._num_tokens -= len(entry.token_ids)
+        self._table_blocks -= len(entry.block_table)
         del self._seqs[seq_id]
+
+    def pop_block_copies(self) -> list[tuple[int, int]]:
+        """(source, destination) block copies that copy-on-write asked for since the last call."""
+        copies, self._copies = self._copies, []
+        return copies
+
+    def reset_prefix_cache(self) -> int:
+        """Evict every cached block; only allowed when no block is in use. Returns how many."""
+        if self.pool.num_in_use:
+            raise CacheBusy(
+                f"{self.pool.num_in_use} block(s) are in use by {len(self._seqs)} sequence(s); "
+                "free them first: resetting would leave their blocks indexed by stale hashes."
+            )
+        return self.pool.evict_all_cached()
 
     # -- questions the scheduler asks ----------------------------------------------------
 
@@ -127,8 +250,10 @@ class KVCacheManager:
         """Would appending `num_new_tokens` to `seq_id` fit right now?"""
         _check_count("num_new_tokens", num_new_tokens)
         entry = self._entry(seq_id)
-        need = blocks_needed(len(entry.token_ids) + num_new_tokens, self.block_size)
-        return need - len(entry.block_table) <= self.pool.num_available
+        length, table = len(entry.token_ids), entry.block_table
+        copy_last = length % self.block_size != 0 and self.pool.ref_count(table[-1]) > 1
+        need = blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy_last
+        return need <= self.pool.num_available
 
     # -- reading a sequence --------------------------------------------------------------
 
@@ -155,6 +280,14 @@ class KVCacheManager:
         """Length of `seq_id` in tokens."""
         return len(self._entry(seq_id).token_ids)
 
+    def num_cached_tokens(self, seq_id: SeqId) -> int:
+        """How many of `seq_id`'s prompt tokens were prefix-cache hits when it was added."""
+        return self._entry(seq_id).num_cached_tokens
+
+    def hit_rates(self) -> HitRates:
+        """Prefix-cache hit rates in tokens, overall and over the recent requests."""
+        return self.hits.rates()
+
     @property
     def sequence_ids(self) -> list[SeqId]:
         """Ids of the live sequences, oldest first."""
@@ -178,6 +311,7 @@ class KVCacheManager:
             evictions=sum(self.pool.evictions.values()),
             num_sequences=len(self._seqs),
             num_tokens=self._num_tokens,
+            num_table_blocks=self._table_blocks,
             block_size=self.block_size,
         )
 
@@ -190,6 +324,27 @@ class KVCacheManager:
                 filled[block_id] = max(filled.get(block_id, 0), in_block)
         tables = {seq_id: entry.block_table for seq_id, entry in self._seqs.items()}
         return self.pool.snapshot(tables, filled)
+
+    def _hashes(self, entry: _SequenceEntry, start: int, end: int) -> list[BlockHash]:
+        """Chained hashes of `entry`'s full blocks covering tokens start..end-1."""
+        return block_hashes(
+            entry.token_ids[start:end],
+            self.block_size,
+            salt=entry.salt,
+            extra_keys=entry.extra_keys,
+            parent=entry.block_hashes[-1] if start else None,
+        )
+
+    def _register_full_blocks(self, entry: _SequenceEntry, hashes: list[BlockHash]) -> None:
+        """Index the full blocks `hashes` describe (continuing entry's chain) and keep them."""
+        first = len(entry.block_hashes)
+        for i, block_hash in enumerate(hashes, start=first):
+            block = entry.block_table[i]
+            if self.prefix_cache.hash_of(block) != block_hash and self.prefix_cache.register(
+                block, block_hash
+            ):
+                self.pool.keep_content([block])
+        entry.block_hashes.extend(hashes)
 
     def _entry(self, seq_id: SeqId) -> _SequenceEntry:
         try:

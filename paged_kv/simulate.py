@@ -182,7 +182,11 @@ def simulate_memory_waste(
                 f"{r} needs {need} slots under {scheme!r} but the budget is {capacity}; "
                 "raise budget_tokens."
             )
-    manager = KVCacheManager(budget_tokens // block_size, block_size) if paged else None
+    manager = (
+        KVCacheManager(budget_tokens // block_size, block_size, prefix_caching=False)
+        if paged
+        else None
+    )
     arena = None if paged else _ContiguousArena(budget_tokens)
 
     waiting: deque[int] = deque(range(len(requests)))

@@ -40,7 +40,7 @@ def test_free_returns_every_block():
     m = KVCacheManager(8, 4)
     m.add_sequence("a", range(9))
     m.free_sequence("a")
-    assert m.pool.num_free == 8 and "a" not in m and len(m) == 0
+    assert m.pool.num_in_use == 0 and m.pool.num_available == 8 and "a" not in m and len(m) == 0
 
 
 def test_can_allocate_and_can_append_match_what_fits():
@@ -57,7 +57,7 @@ def test_stats_count_tokens_and_internal_fragmentation():
     s = m.stats()
     assert (s.num_in_use_blocks, s.num_free_blocks, s.num_tokens, s.num_sequences) == (3, 7, 9, 2)
     assert s.usage == pytest.approx(0.3)
-    assert s.reserved_slots == 12
+    assert s.num_table_blocks == 3 and s.blocks_saved_by_sharing == 0
     assert s.internal_fragmentation == pytest.approx(3 / 12)
 
 
@@ -139,5 +139,5 @@ def test_appending_to_a_freed_sequence_is_an_unknown_sequence():
 
 def test_out_of_blocks_message_says_what_to_do():
     m = prepared()
-    with pytest.raises(OutOfBlocks, match=r"asked for 3 blocks but only 1 of 4 are free"):
-        m.add_sequence("c", range(12))
+    with pytest.raises(OutOfBlocks, match=r"needs 2 new blocks \(1 more are prefix hits\)"):
+        m.add_sequence("c", range(12))  # its first block is a's

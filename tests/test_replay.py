@@ -22,4 +22,4 @@ def test_decode_workload_adds_decodes_and_frees_each_sequence_once():
     assert [op for op in ops if isinstance(op, Free)] == [Free("a"), Free("b")]
     manager = KVCacheManager(8, 2)
     replay(manager, ops)
-    assert len(manager) == 0 and manager.pool.num_free == 8
+    assert len(manager) == 0 and manager.pool.num_in_use == 0

@@ -139,58 +139,78 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 class ManagerMachine(RuleBasedStateMachine):
-    """The manager against a model: tokens per sequence."""
+    """The manager with prefix caching and forks, against a model of what each block holds.
+
+    Prompts are drawn from a few shared stems and two salts, so prefixes really are shared.
+    The model records, for every full block a sequence wrote, the salt and every token up to
+    the block's end: a prefix hit must hand out a block holding exactly that.
+    """
 
     def __init__(self):
         super().__init__()
-        self.manager = KVCacheManager(24, 4, blocks_per_page=4, allocation="pack_pages")
+        self.manager = KVCacheManager(
+            16, 4, blocks_per_page=4, allocation="pack_pages", eviction="lfu"
+        )
         self.tokens: dict[int, list[int]] = {}
+        self.salt: dict[int, str] = {}
+        self.holds: dict[int, tuple] = {}  # block -> (salt, tokens up to its end) when full
         self.next_id = 0
 
-    @rule(length=st.integers(1, 30))
-    def add(self, length):
-        seq, prompt = self.next_id, list(range(length))
+    @rule(stem=st.integers(0, 2), length=st.integers(1, 22), salt=st.sampled_from(["a", "b"]))
+    def add(self, stem, length, salt):
+        seq, prompt = self.next_id, [stem * 100 + t for t in range(length)]
         self.next_id += 1
-        if blocks_needed(length, 4) > self.manager.pool.num_free:
-            assert not self.manager.can_allocate(length)
-            snap = self.manager.snapshot()
-            try:
-                self.manager.add_sequence(seq, prompt)
-            except OutOfBlocks:
-                assert self.manager.snapshot() == snap and seq not in self.manager
-                return
-            raise AssertionError("add beyond capacity succeeded")
-        assert self.manager.can_allocate(length)
-        table = self.manager.add_sequence(seq, prompt)
+        snap = self.manager.snapshot()
+        try:
+            table = self.manager.add_sequence(seq, prompt, salt=salt)
+        except OutOfBlocks:
+            assert self.manager.snapshot() == snap and seq not in self.manager
+            return
+        hit_tokens = self.manager.num_cached_tokens(seq)
+        assert hit_tokens % 4 == 0 and hit_tokens <= length - 1  # never the last token
+        for i in range(hit_tokens // 4):  # a hit holds exactly this prefix, for this salt
+            assert self.holds.get(table[i]) == (salt, tuple(prompt[: (i + 1) * 4]))
         assert len(table) == blocks_needed(length, 4)
-        self.tokens[seq] = prompt
+        self.tokens[seq], self.salt[seq] = prompt, salt
+        self.written(seq)
 
     @precondition(lambda self: self.tokens)
-    @rule(data=st.data(), n=st.integers(1, 9))
+    @rule(data=st.data(), n=st.integers(1, 6))
     def append(self, data, n):
         seq = data.draw(st.sampled_from(sorted(self.tokens)))
-        new = [7] * n
-        table_before = self.manager.block_table(seq)
-        fits = self.manager.can_append(seq, n)
+        snap, fits = self.manager.snapshot(), self.manager.can_append(seq, n)
         try:
-            added = self.manager.append_tokens(seq, new)
+            self.manager.append_tokens(seq, [7] * n)
         except OutOfBlocks:
-            assert not fits and self.manager.block_table(seq) == table_before
-            assert self.manager.num_tokens(seq) == len(self.tokens[seq])
+            assert not fits and self.manager.snapshot() == snap
             return
         assert fits
-        self.tokens[seq] += new
-        assert self.manager.block_table(seq) == table_before + added
-        # A new block only when the last one was full.
-        assert len(added) == blocks_needed(len(self.tokens[seq]), 4) - len(table_before)
+        for _src, dst in self.manager.pop_block_copies():  # copy-on-write: the copy holds it too
+            assert self.manager.pool.ref_count(dst) == 1
+        self.tokens[seq] += [7] * n
+        self.written(seq)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def fork(self, data):
+        parent = data.draw(st.sampled_from(sorted(self.tokens)))
+        child = self.next_id
+        self.next_id += 1
+        assert self.manager.fork(parent, child) == self.manager.block_table(parent)
+        self.tokens[child], self.salt[child] = list(self.tokens[parent]), self.salt[parent]
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
     def free(self, data):
         seq = data.draw(st.sampled_from(sorted(self.tokens)))
         self.manager.free_sequence(seq)
-        del self.tokens[seq]
-        assert seq not in self.manager
+        del self.tokens[seq], self.salt[seq]
+
+    def written(self, seq):
+        """Record what the full blocks of `seq` hold now."""
+        toks, table = self.tokens[seq], self.manager.block_table(seq)
+        for i in range(len(toks) // 4):
+            self.holds[table[i]] = (self.salt[seq], tuple(toks[: (i + 1) * 4]))
 
     @invariant()
     def ref_counts_equal_block_table_references(self):
@@ -200,24 +220,35 @@ class ManagerMachine(RuleBasedStateMachine):
         snap = self.manager.snapshot()
         for block in snap.blocks:
             assert block.ref_count == refs[block.block_id]
-            assert (block.state is BlockState.FREE) == (block.ref_count == 0)
+            assert (block.state is BlockState.IN_USE) == (block.ref_count > 0)
+            assert (block.block_id in self.manager.pool.policy) == (
+                block.state is BlockState.CACHED
+            )  # no in-use block is ever an eviction candidate
+
+    @invariant()
+    def sharers_agree_on_what_a_block_holds(self):
+        seen: dict[int, tuple] = {}
+        for seq, toks in self.tokens.items():
+            for i, block in enumerate(self.manager.block_table(seq)):
+                held = (self.salt[seq], tuple(toks[i * 4 : (i + 1) * 4]), i)
+                assert seen.setdefault(block, held) == held
 
     @invariant()
     def tables_slots_and_stats_agree(self):
         stats = self.manager.stats()
-        assert stats.num_free_blocks + stats.num_in_use_blocks == stats.num_blocks
+        assert (
+            stats.num_free_blocks + stats.num_in_use_blocks + stats.num_cached_blocks
+            == stats.num_blocks
+        )
         assert stats.num_tokens == sum(len(t) for t in self.tokens.values())
         assert stats.num_sequences == len(self.tokens)
-        seen = set()
+        assert stats.blocks_saved_by_sharing >= 0
         for seq, toks in self.tokens.items():
             table = self.manager.block_table(seq)
             assert len(table) == blocks_needed(len(toks), 4)
             assert self.manager.token_ids(seq) == toks
             slots = self.manager.slot_mapping(seq)
-            assert len(slots) == len(set(slots)) == len(toks)
             assert [s // 4 for s in slots[::4]] == table
-            assert not seen & set(slots)  # no two sequences write the same slot
-            seen |= set(slots)
 
 
 TestPool = PoolMachine.TestCase

@@ -23,7 +23,11 @@ def execute(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        record_timing=False,  # no timestamps: re-running changes only what the code prints
+        resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     seconds = time.perf_counter() - start
     nbformat.write(nb, path)

@@ -65,6 +65,7 @@ def make_exercise(solution: nbformat.NotebookNode, relative_path: str) -> nbform
         if cell.cell_type != "code":
             continue
         cell.source = stub_source(cell.source, f"{relative_path} cell {index}")
+        cell.metadata.pop("execution", None)
         cell.outputs = []
         cell.execution_count = None
         tags = cell.metadata.get("tags", [])

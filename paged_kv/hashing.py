@@ -1,0 +1,95 @@
+"""Content hashes of full KV blocks, chained so a hash names a whole prefix.
+
+hash(block i) = SHA-256(parent hash, the block's token ids, extra keys), and the first block
+also mixes in the request's salt. Equal hashes mean equal prefixes, in any process on any
+machine: the bytes hashed are a fixed encoding, never Python's `hash()` (which changes with
+PYTHONHASHSEED, and whose constant `hash(None)` once seeded a production server's chains).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+from paged_kv.errors import InvalidArgument
+
+BlockHash = bytes  # a 32-byte SHA-256 digest
+Salt = str | bytes | None
+ExtraKey = str | bytes | int | tuple
+DOMAIN = b"paged_kv.block.v1"
+
+
+def check_salt(salt: object) -> Salt:
+    """Return `salt` if it is None, str or bytes; otherwise raise `InvalidArgument`."""
+    if salt is not None and not isinstance(salt, str | bytes):
+        raise InvalidArgument(
+            f"a salt must be a str, bytes or None, got {type(salt).__name__}; pass e.g. the "
+            "tenant id as a string."
+        )
+    return salt
+
+
+def hash_block(
+    parent: BlockHash | None,
+    token_ids: Sequence[int],
+    *,
+    salt: Salt = None,
+    extra_keys: Sequence[ExtraKey] = (),
+) -> BlockHash:
+    """The chained hash of one full block. `parent` is None for the first block only."""
+    h = hashlib.sha256(DOMAIN)
+    if parent is None:
+        h.update(b"\x00root")
+        h.update(_field(_encode(check_salt(salt))))
+    else:
+        h.update(b"\x01")
+        h.update(parent)
+    h.update(_field(struct.pack(f"<{len(token_ids)}q", *token_ids)))
+    h.update(_field(_encode(tuple(extra_keys))))
+    return h.digest()
+
+
+def block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    *,
+    salt: Salt = None,
+    extra_keys: Sequence[ExtraKey] = (),
+    parent: BlockHash | None = None,
+) -> list[BlockHash]:
+    """Chained hashes of every full block of `token_ids` (a partial last block has none).
+
+    `parent` continues an existing chain: the hash of the block before `token_ids`.
+    """
+    hashes: list[BlockHash] = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash_block(
+            parent, token_ids[start : start + block_size], salt=salt, extra_keys=extra_keys
+        )
+        hashes.append(parent)
+    return hashes
+
+
+def _field(data: bytes) -> bytes:
+    """Length-prefixed, so no two different field lists encode to the same bytes."""
+    return struct.pack("<Q", len(data)) + data
+
+
+def _encode(value: object) -> bytes:
+    """A type-tagged, canonical encoding of salts and extra keys."""
+    if value is None:
+        return b"n"
+    if isinstance(value, bool):
+        raise InvalidArgument("extra keys may be str, bytes, int or tuples of them, not bool.")
+    if isinstance(value, int):
+        return b"i" + str(value).encode()
+    if isinstance(value, str):
+        return b"s" + value.encode("utf-8")
+    if isinstance(value, bytes):
+        return b"b" + value
+    if isinstance(value, tuple | list):
+        return b"t" + b"".join(_field(_encode(v)) for v in value)
+    raise InvalidArgument(
+        f"extra keys may be str, bytes, int or tuples of them, got {type(value).__name__}."
+    )
