@@ -39,3 +39,28 @@ def grow_block_table(
     new_blocks = pool.allocate(max(need, 0))
     block_table.extend(new_blocks)
     return new_blocks
+
+
+def copy_on_write(
+    pool: BlockPool, block_table: list[int], num_tokens: int
+) -> tuple[int, int] | None:
+    """Before appending, give the table its own copy of a shared, partly filled last block.
+
+    Returns (source, destination) for the KV storage to copy, or None when the last block is
+    full (appends go to a new block) or not shared. Raises `OutOfBlocks`, changing nothing,
+    if no block can be had for the copy.
+    """
+    if not last_block_is_shared_and_partial(pool, block_table, num_tokens):
+        return None
+    [private] = pool.allocate(1)
+    shared = block_table[-1]
+    pool.release([shared])
+    block_table[-1] = private
+    return shared, private
+
+
+def last_block_is_shared_and_partial(
+    pool: BlockPool, block_table: list[int], num_tokens: int
+) -> bool:
+    """Would appending to this table write into a block that others read? (Then copy it.)"""
+    return num_tokens % pool.block_size != 0 and pool.ref_count(block_table[-1]) > 1

@@ -12,7 +12,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from paged_kv.block_pool import Allocation, BlockPool
-from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
+from paged_kv.block_table import (
+    blocks_needed,
+    copy_on_write,
+    grow_block_table,
+    last_block_is_shared_and_partial,
+    slot_mapping,
+)
 from paged_kv.errors import (
     CacheBusy,
     DuplicateSequence,
@@ -170,7 +176,7 @@ class KVCacheManager:
         if not tokens:
             return []
         table, length = entry.block_table, len(entry.token_ids)
-        copy_last = length % self.block_size != 0 and self.pool.ref_count(table[-1]) > 1
+        copy_last = last_block_is_shared_and_partial(self.pool, table, length)
         need = blocks_needed(length + len(tokens), self.block_size) - len(table) + copy_last
         if need > self.pool.num_available:
             raise OutOfBlocks(
@@ -179,11 +185,9 @@ class KVCacheManager:
                 requested=need,
                 available=self.pool.num_available,
             )
-        if copy_last:
-            [private] = self.pool.allocate(1)
-            self.pool.release([table[-1]])
-            self._copies.append((table[-1], private))
-            table[-1] = private
+        copy = copy_on_write(self.pool, table, length)
+        if copy is not None:
+            self._copies.append(copy)
         new_blocks = grow_block_table(self.pool, table, length, len(tokens))
         entry.token_ids.extend(tokens)
         self._num_tokens += len(tokens)
@@ -251,7 +255,7 @@ class KVCacheManager:
         _check_count("num_new_tokens", num_new_tokens)
         entry = self._entry(seq_id)
         length, table = len(entry.token_ids), entry.block_table
-        copy_last = length % self.block_size != 0 and self.pool.ref_count(table[-1]) > 1
+        copy_last = last_block_is_shared_and_partial(self.pool, table, length)
         need = blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy_last
         return need <= self.pool.num_available
 

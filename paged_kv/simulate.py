@@ -407,3 +407,36 @@ def trace_frames(
             )
         )
     return frames
+
+
+@dataclass(frozen=True)
+class PrefillStats:
+    """Prompt tokens of a replay, and how many the prefix cache saved from recomputation."""
+
+    prompt_tokens: int
+    hit_tokens: int
+
+    @property
+    def saved(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def replay_requests(
+    requests: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    num_blocks: int,
+    block_size: int = 16,
+    eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
+) -> PrefillStats:
+    """Serve (prompt, answer) requests one after another on a prefix-caching manager.
+
+    Each prompt is added (reusing cached blocks), its answer appended, and the sequence
+    freed, so its blocks stay cached for later requests until evicted.
+    """
+    manager = KVCacheManager(num_blocks, block_size, eviction=eviction)
+    for i, (prompt, answer) in enumerate(requests):
+        manager.add_sequence(i, prompt)
+        manager.append_tokens(i, answer)
+        manager.free_sequence(i)
+    rates = manager.hit_rates()
+    return PrefillStats(rates.queried_tokens, rates.hit_tokens)

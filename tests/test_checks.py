@@ -171,3 +171,57 @@ def test_a_policy_that_evicts_blocks_in_use_breaks_the_contract():
 
     with pytest.raises(checks.CheckFailed):
         checks.check_policy_contract(Reckless)
+
+
+# -- chapter 04 ------------------------------------------------------------------------------
+
+
+def library_share_cached_prefix(pool, cache, hashes, num_prompt_tokens):
+    """What KVCacheManager.add_sequence does with the library's pieces."""
+    hits = cache.longest_prefix(hashes[: (num_prompt_tokens - 1) // pool.block_size])
+    pool.share(hits)
+    return hits
+
+
+def test_library_passes_the_prefix_caching_checks():
+    from paged_kv.block_table import copy_on_write
+    from paged_kv.hashing import block_hashes
+
+    checks.check_chained_hash(block_hashes)
+    checks.check_share_cached_prefix(library_share_cached_prefix)
+    checks.check_copy_on_write(copy_on_write)
+
+
+def test_an_unchained_hash_is_caught():
+    import hashlib
+
+    def per_block(tokens, size, salt=None):
+        return [
+            hashlib.sha256(repr((salt, tokens[i : i + size])).encode()).digest()
+            for i in range(0, len(tokens) - size + 1, size)
+        ]
+
+    with pytest.raises(checks.CheckFailed, match="chain the parent"):
+        checks.check_chained_hash(per_block)
+
+
+def test_a_lookup_that_covers_the_last_token_is_caught():
+    def greedy(pool, cache, hashes, num_prompt_tokens):
+        hits = cache.longest_prefix(hashes)
+        pool.share(hits)
+        return hits
+
+    with pytest.raises(checks.CheckFailed, match="last prompt token"):
+        checks.check_share_cached_prefix(greedy)
+
+
+def test_a_copy_that_forgets_the_old_reference_is_caught():
+    def leaky(pool, table, num_tokens):
+        if num_tokens % pool.block_size == 0 or pool.ref_count(table[-1]) == 1:
+            return None
+        [new] = pool.allocate(1)
+        old, table[-1] = table[-1], new
+        return old, new
+
+    with pytest.raises(checks.CheckFailed, match="lose this table's reference"):
+        checks.check_copy_on_write(leaky)

@@ -46,3 +46,12 @@ def test_list_lru_matches_an_ordered_dict(ops):
     if not ref:
         with pytest.raises(KeyError):
             lru.evict()
+
+
+def test_length_keyed_prefix_cache_returns_another_prompts_blocks():
+    from paged_kv.course.naive import LengthKeyedPrefixCache
+
+    cache = LengthKeyedPrefixCache()
+    cache.insert([1, 2, 3], [7, 8])
+    assert cache.lookup([9, 9, 9]) == [7, 8]  # different tokens, same length: wrong hit
+    assert cache.lookup([1, 2]) is None

@@ -96,3 +96,14 @@ def test_replaying_through_a_real_pool_gives_the_same_hits(policy):
     assert all(sum(k is not None for k in f.keys) <= 40 for f in frames)
     last = frames[-1]
     assert last.keys[last.block] == trace[-1]
+
+
+def test_replaying_chats_saves_prefill_and_eviction_costs_some():
+    from paged_kv.simulate import replay_requests
+    from paged_kv.workloads import chat_sessions
+
+    chats = chat_sessions(30, turns=3, seed=2)
+    roomy = replay_requests(chats, num_blocks=5000, block_size=16)
+    tight = replay_requests(chats, num_blocks=80, block_size=16, eviction="lfu")
+    assert roomy.prompt_tokens == sum(len(p) for p, _ in chats)
+    assert 0 < tight.hit_tokens < roomy.hit_tokens and roomy.saved > 0.5

@@ -34,3 +34,19 @@ def test_popularity_shifts_to_new_prefixes_each_phase():
     thirds = [set(trace[i * 300 : (i + 1) * 300]) for i in range(3)]
     shared = lambda a, b: {k for k in a & b if k < 3 * 10 * 2}  # noqa: E731
     assert not shared(thirds[0], thirds[2])
+
+
+def test_chat_sessions_resend_the_history_and_share_system_prompts():
+    from paged_kv.workloads import chat_sessions
+
+    requests = chat_sessions(10, turns=3, num_system_prompts=2, system_tokens=8, seed=1)
+    assert len(requests) == 30
+    assert chat_sessions(10, turns=3, seed=1) == chat_sessions(10, turns=3, seed=1)
+    heads = {tuple(prompt[:8]) for prompt, _ in requests}
+    assert len(heads) <= 2  # every prompt starts with one of the system prompts
+    # Some later prompt extends an earlier prompt + its answer: the conversation so far.
+    extends = [
+        any(p2[: len(p1) + len(a1)] == p1 + a1 for p2, _ in requests[i + 1 :])
+        for i, (p1, a1) in enumerate(requests)
+    ]
+    assert sum(extends) == 20  # two of every session's three turns are continued

@@ -134,3 +134,21 @@ class HeapLFU(EvictionPolicy):
         self.tick += 1
         self.evictable[key] = self.tick
         heapq.heappush(self.heap, (self.count[key], self.tick, key))
+
+
+class LengthKeyedPrefixCache:
+    """A "prefix cache" keyed by the prompt's length, as the seed post builds it.
+
+    Two prompts of the same length map to the same key, so the second is handed the first
+    one's blocks: another prompt's KV. Wrong, not merely slow.
+    """
+
+    def __init__(self) -> None:
+        self.blocks_by_length: dict[int, list[int]] = {}
+
+    def lookup(self, token_ids: list[int]) -> list[int] | None:
+        """Blocks cached for a prompt of this length, whatever its tokens."""
+        return self.blocks_by_length.get(len(token_ids))
+
+    def insert(self, token_ids: list[int], block_ids: list[int]) -> None:
+        self.blocks_by_length[len(token_ids)] = list(block_ids)
