@@ -1,0 +1,83 @@
+"""KV storage: the tensors that hold every block's keys and values, one pair per layer.
+
+Layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and for V (the
+"NHD" layout of FlashInfer and vLLM's Triton path). Tokens are written by slot mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from paged_kv.errors import InvalidArgument, require_positive_int
+
+
+class KVStorage:
+    """K and V caches for `num_layers` layers over `num_blocks` blocks of `block_size` tokens."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        for name, value in [
+            ("num_layers", num_layers),
+            ("num_blocks", num_blocks),
+            ("block_size", block_size),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+        ]:
+            require_positive_int(name, value)
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        self.block_size = block_size
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.k[0].shape[0]
+
+    def write(
+        self, layer: int, slots: Sequence[int] | torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Store K/V rows [n, num_kv_heads, head_dim] at flat `slots`; a slot of -1 is skipped."""
+        slots = torch.as_tensor(slots, dtype=torch.long, device=self.k[layer].device)
+        row = tuple(self.k[layer].shape[2:])
+        if k.shape != v.shape or tuple(k.shape) != (slots.shape[0], *row):
+            raise InvalidArgument(
+                f"write needs k and v of shape {(slots.shape[0], *row)} (one row per slot); "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}."
+            )
+        keep = slots >= 0
+        capacity = self.num_blocks * self.block_size
+        if bool((slots[keep] >= capacity).any()):
+            raise InvalidArgument(f"a slot is beyond the {capacity} slots of this storage.")
+        flat_k = self.k[layer].view(-1, *row)
+        flat_v = self.v[layer].view(-1, *row)
+        flat_k[slots[keep]] = k[keep].to(flat_k.dtype)
+        flat_v[slots[keep]] = v[keep].to(flat_v.dtype)
+
+    def copy_blocks(self, copies: Sequence[tuple[int, int]]) -> None:
+        """Perform copy-on-write copies (source block, destination block) in every layer."""
+        if not copies:
+            return
+        src = torch.tensor([s for s, _ in copies], dtype=torch.long, device=self.k[0].device)
+        dst = torch.tensor([d for _, d in copies], dtype=torch.long, device=self.k[0].device)
+        for cache in (*self.k, *self.v):
+            cache[dst] = cache[src]
+
+    def gather(
+        self, layer: int, block_table: Sequence[int], num_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sequence's K and V, `[num_tokens, num_kv_heads, head_dim]`, read through its table."""
+        table = torch.as_tensor(block_table, dtype=torch.long, device=self.k[layer].device)
+        k = self.k[layer][table].reshape(-1, *self.k[layer].shape[2:])[:num_tokens]
+        v = self.v[layer][table].reshape(-1, *self.v[layer].shape[2:])[:num_tokens]
+        return k, v

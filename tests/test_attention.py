@@ -1,0 +1,175 @@
+"""Paged attention against a float64 dense reference; KV content through the manager."""
+
+import math
+
+import pytest
+import torch
+
+from paged_kv import InvalidArgument, KVCacheManager
+from paged_kv.attention import paged_decode, paged_prefill, to_flashinfer
+from paged_kv.storage import KVStorage
+
+
+def dense_attention(q, k, v, causal_offset=None):
+    """float64 softmax(q k^T / sqrt(d)) v with GQA; q [n, Hq, D], k/v [T, Hkv, D]."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("nhd,thd->hnt", q, k) / math.sqrt(q.shape[-1])
+    if causal_offset is not None:
+        n, t = q.shape[0], k.shape[0]
+        future = torch.arange(t)[None, :] > (causal_offset + torch.arange(n))[:, None]
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v)
+
+
+def random_paged_batch(gen, batch, block_size, num_kv_heads, group, head_dim, dtype=torch.float32):
+    """Sequences of random lengths in shuffled blocks; every unused slot holds NaN."""
+    lens = torch.randint(1, 5 * block_size + 3, (batch,), generator=gen)
+    blocks_per_seq = [-(-int(n) // block_size) for n in lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # non-contiguous, non-monotone
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.full(shape, float("nan"), dtype=dtype)
+    v_cache = torch.full(shape, float("nan"), dtype=dtype)
+    tables = torch.full((batch, max(blocks_per_seq)), -1, dtype=torch.int32)
+    dense = []
+    for b, (n, nb) in enumerate(zip(lens.tolist(), blocks_per_seq, strict=True)):
+        table = [order.pop() for _ in range(nb)]
+        tables[b, :nb] = torch.tensor(table)
+        k = torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype)
+        v = torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype)
+        for t in range(n):
+            k_cache[table[t // block_size], t % block_size] = k[t]
+            v_cache[table[t // block_size], t % block_size] = v[t]
+        dense.append((k, v))
+    q = torch.randn(batch, num_kv_heads * group, head_dim, generator=gen).to(dtype)
+    return q, k_cache, v_cache, tables, lens, dense
+
+
+@pytest.mark.parametrize("block_size", [1, 8, 16, 32])
+@pytest.mark.parametrize("group", [1, 2, 4, 8])
+def test_paged_decode_equals_dense_attention(block_size, group):
+    gen = torch.Generator().manual_seed(block_size * 10 + group)
+    for _ in range(3):
+        batch = int(torch.randint(1, 5, (1,), generator=gen))
+        q, k_cache, v_cache, tables, lens, dense = random_paged_batch(
+            gen, batch, block_size, 2, group, 16
+        )
+        out = paged_decode(q, k_cache, v_cache, tables, lens)
+        assert not out.isnan().any()
+        for b, (k, v) in enumerate(dense):
+            want = dense_attention(q[b : b + 1], k, v)[0]
+            assert torch.allclose(out[b].double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_decode_in_fp16_stays_within_literature_tolerances():
+    gen = torch.Generator().manual_seed(7)
+    q, k_cache, v_cache, tables, lens, dense = random_paged_batch(
+        gen, 3, 16, 2, 4, 32, torch.float16
+    )
+    out = paged_decode(q, k_cache, v_cache, tables, lens)
+    assert out.dtype == torch.float16
+    for b, (k, v) in enumerate(dense):
+        want = dense_attention(q[b : b + 1], k, v)[0]
+        assert (out[b].double() - want).abs().max() / want.abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_prefill_after_a_prefix_hit_equals_causal_attention_over_everything(block_size):
+    gen = torch.Generator().manual_seed(block_size)
+    seq_len, cached, hq, hkv, d = 37, 20, 8, 2, 16
+    q_all = torch.randn(seq_len, hq, d, generator=gen)
+    k = torch.randn(seq_len, hkv, d, generator=gen)
+    v = torch.randn(seq_len, hkv, d, generator=gen)
+    nb = -(-seq_len // block_size)
+    table = torch.randperm(nb + 2, generator=gen)[:nb]
+    k_cache = torch.full((nb + 2, block_size, hkv, d), float("nan"))
+    v_cache = torch.full((nb + 2, block_size, hkv, d), float("nan"))
+    for t in range(seq_len):
+        k_cache[table[t // block_size], t % block_size] = k[t]
+        v_cache[table[t // block_size], t % block_size] = v[t]
+    out = paged_prefill(q_all[cached:], k_cache, v_cache, table, seq_len)
+    want = dense_attention(q_all, k, v, causal_offset=0)[cached:]
+    assert torch.allclose(out.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_shapes_are_refused():
+    q = torch.zeros(1, 3, 8)
+    cache = torch.zeros(4, 4, 2, 8)
+    with pytest.raises(InvalidArgument, match="multiple"):
+        paged_decode(q, cache, cache, torch.zeros(1, 1, dtype=torch.int32), torch.tensor([1]))
+    with pytest.raises(InvalidArgument):
+        paged_prefill(torch.zeros(5, 2, 8), cache, cache, torch.tensor([0]), 4)
+
+
+def test_flashinfer_format():
+    indptr, indices, last = to_flashinfer([[7, 2, 9], [4], [5, 6]], [9, 3, 8], block_size=4)
+    assert indptr.tolist() == [0, 3, 4, 6]
+    assert indices.tolist() == [7, 2, 9, 4, 5, 6]
+    assert last.tolist() == [1, 3, 4]
+    assert indptr.dtype == torch.int32
+    with pytest.raises(InvalidArgument):
+        to_flashinfer([[1]], [5], block_size=4)
+
+
+# -- content, end to end: what a sequence reads back is what was written for it ------------
+
+
+def kv_for(tokens):
+    """Deterministic K/V rows for a token sequence: each depends on the token and its position."""
+    t = torch.tensor(tokens, dtype=torch.float32)[:, None, None]
+    pos = torch.arange(len(tokens), dtype=torch.float32)[:, None, None]
+    k = (t + pos / 1000).expand(-1, 2, 4) + torch.arange(4) / 100
+    return k.contiguous(), -k
+
+
+def test_tokens_read_back_through_tables_after_sharing_forks_and_eviction():
+    manager = KVCacheManager(9, 4, eviction="lru")
+    storage = KVStorage(2, 9, 4, 2, 4)
+    expected = {}
+
+    def write_new(seq, start):
+        tokens = manager.token_ids(seq)
+        k, v = kv_for(tokens)
+        slots = manager.slot_mapping(seq, start, len(tokens))
+        for layer in range(2):
+            storage.write(layer, slots, k[start:], v[start:])
+        expected[seq] = (k, v)
+
+    def add(seq, tokens):
+        manager.add_sequence(seq, tokens)
+        write_new(seq, manager.num_cached_tokens(seq))  # hits are already in the cache
+
+    def append(seq, tokens):
+        start = manager.num_tokens(seq)
+        manager.append_tokens(seq, tokens)
+        storage.copy_blocks(manager.pop_block_copies())
+        write_new(seq, start)
+
+    system = list(range(100, 108))
+    add("a", [*system, 1, 2, 3, 4])  # three full blocks
+    add("b", [*system, 3])  # shares a's two system blocks
+    manager.fork("b", "b2")
+    expected["b2"] = expected["b"]
+    append("b2", [50, 51])  # copy-on-write of b's shared last block
+    append("b", [60])
+    manager.free_sequence("a")
+    add("c", list(range(200, 219)))  # needs 5 blocks: evicts a's cached third block
+    for seq in ("b", "b2", "c"):
+        k_want, v_want = expected[seq]
+        for layer in range(2):
+            k, v = storage.gather(layer, manager.block_table(seq), manager.num_tokens(seq))
+            assert torch.equal(k, k_want) and torch.equal(v, v_want), seq
+    assert manager.stats().evictions >= 1
+
+
+def test_storage_skips_slot_minus_one_and_checks_shapes():
+    storage = KVStorage(1, 2, 2, 1, 2)
+    k = torch.ones(3, 1, 2)
+    storage.write(0, [0, -1, 3], k, k * 2)
+    assert storage.k[0].view(-1, 1, 2)[:, 0, 0].tolist() == [1, 0, 0, 1]
+    with pytest.raises(InvalidArgument):
+        storage.write(0, [0, 1], k, k)
+    with pytest.raises(InvalidArgument):
+        storage.write(0, [0, 1, 4], k, k)
