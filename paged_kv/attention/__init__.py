@@ -1,10 +1,38 @@
 """Paged attention: attention that reads K/V through block tables, never made contiguous.
 
-`paged_decode` picks the Triton kernel on CUDA when triton is installed, else the torch
-reference; `paged_prefill` handles new tokens attending to a cached prefix.
+`paged_decode` runs the Triton kernel on CUDA tensors when triton is installed, and the torch
+reference otherwise; `paged_prefill` handles new tokens attending to a cached prefix.
 """
 
-from paged_kv.attention.flashinfer import to_flashinfer
-from paged_kv.attention.reference import paged_decode, paged_prefill
+from __future__ import annotations
 
-__all__ = ["paged_decode", "paged_prefill", "to_flashinfer"]
+import importlib.util
+
+import torch
+
+from paged_kv.attention.flashinfer import to_flashinfer
+from paged_kv.attention.reference import paged_prefill, reference_decode
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def paged_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Decode attention for a batch: q [batch, q_heads, dim] -> [batch, q_heads, dim].
+
+    See `reference_decode` for the shapes; the Triton kernel is used on CUDA when available.
+    """
+    if q.is_cuda and HAS_TRITON:
+        from paged_kv.attention.triton_decode import triton_paged_decode
+
+        return triton_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    return reference_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
+
+
+__all__ = ["HAS_TRITON", "paged_decode", "paged_prefill", "reference_decode", "to_flashinfer"]

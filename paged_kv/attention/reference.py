@@ -13,7 +13,7 @@ import torch
 from paged_kv.errors import InvalidArgument
 
 
-def paged_decode(
+def reference_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
