@@ -78,6 +78,20 @@ class KVStorage:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A sequence's K and V, `[num_tokens, num_kv_heads, head_dim]`, read through its table."""
         table = torch.as_tensor(block_table, dtype=torch.long, device=self.k[layer].device)
-        k = self.k[layer][table].reshape(-1, *self.k[layer].shape[2:])[:num_tokens]
-        v = self.v[layer][table].reshape(-1, *self.v[layer].shape[2:])[:num_tokens]
-        return k, v
+        return gather_kv(self.k[layer], self.v[layer], table, num_tokens)
+
+
+def gather_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence's K and V, [num_tokens, num_kv_heads, head_dim], read through its table.
+
+    Only the blocks the sequence uses are read, and only its tokens kept: whatever sits in
+    the rest of the cache (even NaN) cannot reach the result.
+    """
+    blocks = block_table[: -(-num_tokens // k_cache.shape[1])].long()
+    rows = k_cache.shape[2:]
+    return (
+        k_cache[blocks].reshape(-1, *rows)[:num_tokens],
+        v_cache[blocks].reshape(-1, *rows)[:num_tokens],
+    )
