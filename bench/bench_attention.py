@@ -11,17 +11,14 @@ fastest of several runs; this machine's timings vary from run to run, so compare
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from results_file import write_results
 
 from paged_kv.attention import reference_decode
 
-RESULTS = Path(__file__).resolve().parent / "results" / "attention_cpu.json"
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
 
 
@@ -73,32 +70,20 @@ def main() -> None:
             r = point(b, c, repeats)
             rows.append(r)
             print(f"{b:>5} {c:>7} {r['paged_ms']:>9.2f} {r['sdpa_ms']:>8.2f} {r['ratio']:>10.2f}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "attention_cpu",
-                "shape": {
-                    "q_heads": Q_HEADS,
-                    "kv_heads": KV_HEADS,
-                    "head_dim": HEAD_DIM,
-                    "block_size": BLOCK,
-                    "dtype": "float32",
-                },
-                "machine": {
-                    "python": platform.python_version(),
-                    "torch": torch.__version__,
-                    "threads": torch.get_num_threads(),
-                    "processor": platform.processor() or platform.machine(),
-                },
-                "quick": args.quick,
-                "rows": rows,
+    write_results(
+        "attention_cpu",
+        {
+            "shape": {
+                "q_heads": Q_HEADS,
+                "kv_heads": KV_HEADS,
+                "head_dim": HEAD_DIM,
+                "block_size": BLOCK,
+                "dtype": "float32",
             },
-            indent=2,
-        )
-        + "\n"
+            "quick": args.quick,
+            "rows": rows,
+        },
     )
-    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -9,18 +9,16 @@ interleave the pool sizes, and each figure is the fastest chunk (least disturbed
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
+
+from results_file import write_results
 
 from paged_kv import BlockPool, KVCacheManager
 from paged_kv.course.checks import count_lines_executed
 from paged_kv.course.naive import ScanBlockPool
 
-RESULTS = Path(__file__).resolve().parent / "results" / "block_pool.json"
 SIZES = [1_000, 10_000, 100_000, 1_000_000]
 ROUNDS = 7
 
@@ -103,26 +101,20 @@ def main() -> None:
         c: round(rows[-1][c] / rows[0][c], 2) for c in ("fifo_ns", "pack_pages_ns", "append_ns")
     }
     print("\ncost at 10⁶ blocks / cost at 10³ blocks:", flat)
-    result = {
-        "benchmark": "block_pool",
-        "unit": "ns per operation, fastest of 7 interleaved chunks",
-        "operation": {
-            "fifo_ns, pack_pages_ns, naive_scan_ns": "allocate(1) + release(1), half-full pool",
-            "append_ns": "KVCacheManager.append_tokens of one token, 100 sequences, half-full pool",
-            "fifo_lines_per_op": "Python lines executed per allocate + release (harness included)",
+    write_results(
+        "block_pool",
+        {
+            "unit": "ns per operation, fastest of 7 interleaved chunks",
+            "operation": {
+                "fifo_ns, pack_pages_ns, naive_scan_ns": "allocate(1) + release(1), half-full pool",
+                "append_ns": "append_tokens of one token, 100 sequences, half-full pool",
+                "fifo_lines_per_op": "Python lines run per allocate + release, harness included",
+            },
+            "quick": args.quick,
+            "rows": rows,
+            "cost_ratio_1e6_over_1e3": flat,
         },
-        "machine": {
-            "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(),
-            "system": platform.platform(),
-        },
-        "quick": args.quick,
-        "rows": rows,
-        "cost_ratio_1e6_over_1e3": flat,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    )
 
 
 if __name__ == "__main__":

@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import time
 from itertools import count
-from pathlib import Path
 
 import numpy as np
+from results_file import write_results
 
 from paged_kv.course.naive import HeapLFU
 from paged_kv.eviction import POLICIES, make_policy
 from paged_kv.simulate import belady_hits, replay_trace
 from paged_kv.workloads import WORKLOADS
 
-RESULTS = Path(__file__).resolve().parent / "results" / "eviction.json"
 SIZES = [1_000, 10_000, 100_000, 1_000_000]
 NAMES = [*POLICIES, "heap-lfu (seed)"]
 ROUNDS = 5
@@ -168,27 +166,17 @@ def main() -> None:
             + " ".join(f"{r[p]:>9.3f}" for p in POLICIES)
             + f"  {r['belady']:>8.3f}  {r['best_over_belady']:>7.1%} ({r['best_online']})"
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "eviction",
-                "cost_unit": "ns per hit (touch) / per miss (evict + insert), fastest chunk",
-                "machine": {
-                    "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine(),
-                },
-                "quick": args.quick,
-                "cost": cost,
-                "dict_lookup_baseline_ns": baseline,
-                "cost_ratio_1e6_over_1e3": flat,
-                "hit_rates": rates,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_results(
+        "eviction",
+        {
+            "cost_unit": "ns per hit (touch) / per miss (evict + insert), fastest chunk",
+            "quick": args.quick,
+            "cost": cost,
+            "dict_lookup_baseline_ns": baseline,
+            "cost_ratio_1e6_over_1e3": flat,
+            "hit_rates": rates,
+        },
     )
-    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

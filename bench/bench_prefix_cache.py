@@ -10,11 +10,10 @@ prompt again: hash, look up, share). Each figure is the fastest of several repea
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import time
-from pathlib import Path
+
+from results_file import write_results
 
 from paged_kv import KVCacheManager
 from paged_kv.eviction import POLICIES
@@ -22,7 +21,6 @@ from paged_kv.hashing import block_hashes
 from paged_kv.simulate import replay_requests
 from paged_kv.workloads import chat_sessions
 
-RESULTS = Path(__file__).resolve().parent / "results" / "prefix_cache.json"
 PROMPTS = [128, 512, 2048, 8192]
 POOLS = [10_000, 100_000, 1_000_000]
 BLOCK = 16
@@ -105,26 +103,16 @@ def main() -> None:
             saved.append({"workload": name, "pool_blocks": blocks, **row})
             print(f"{name:32} {blocks:>6} " + " ".join(f"{row[p]:>9.1%}" for p in POLICIES))
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "prefix_cache",
-                "machine": {
-                    "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine(),
-                },
-                "quick": args.quick,
-                "add_sequence_cost": cost,
-                "miss_cost_ratio_1e6_over_1e4": flat,
-                "hashing_ns_per_token": hashing,
-                "prefill_tokens_saved": saved,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_results(
+        "prefix_cache",
+        {
+            "quick": args.quick,
+            "add_sequence_cost": cost,
+            "miss_cost_ratio_1e6_over_1e4": flat,
+            "hashing_ns_per_token": hashing,
+            "prefill_tokens_saved": saved,
+        },
     )
-    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":
