@@ -48,21 +48,7 @@ class KVStorage:
         self, layer: int, slots: Sequence[int] | torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> None:
         """Store K/V rows [n, num_kv_heads, head_dim] at flat `slots`; a slot of -1 is skipped."""
-        slots = torch.as_tensor(slots, dtype=torch.long, device=self.k[layer].device)
-        row = tuple(self.k[layer].shape[2:])
-        if k.shape != v.shape or tuple(k.shape) != (slots.shape[0], *row):
-            raise InvalidArgument(
-                f"write needs k and v of shape {(slots.shape[0], *row)} (one row per slot); "
-                f"got {tuple(k.shape)} and {tuple(v.shape)}."
-            )
-        keep = slots >= 0
-        capacity = self.num_blocks * self.block_size
-        if bool((slots[keep] >= capacity).any()):
-            raise InvalidArgument(f"a slot is beyond the {capacity} slots of this storage.")
-        flat_k = self.k[layer].view(-1, *row)
-        flat_v = self.v[layer].view(-1, *row)
-        flat_k[slots[keep]] = k[keep].to(flat_k.dtype)
-        flat_v[slots[keep]] = v[keep].to(flat_v.dtype)
+        write_kv(self.k[layer], self.v[layer], slots, k, v)
 
     def copy_blocks(self, copies: Sequence[tuple[int, int]]) -> None:
         """Perform copy-on-write copies (source block, destination block) in every layer."""
@@ -95,3 +81,27 @@ def gather_kv(
         k_cache[blocks].reshape(-1, *rows)[:num_tokens],
         v_cache[blocks].reshape(-1, *rows)[:num_tokens],
     )
+
+
+def write_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: Sequence[int] | torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+) -> None:
+    """Write row i of k and v at flat slot slots[i] (block slot // block_size, offset
+    slot % block_size) of one layer's caches; slots of -1 (padding) are skipped."""
+    slots = torch.as_tensor(slots, dtype=torch.long, device=k_cache.device)
+    row = tuple(k_cache.shape[2:])
+    if k.shape != v.shape or tuple(k.shape) != (slots.shape[0], *row):
+        raise InvalidArgument(
+            f"write needs k and v of shape {(slots.shape[0], *row)} (one row per slot); "
+            f"got {tuple(k.shape)} and {tuple(v.shape)}."
+        )
+    keep = slots >= 0
+    capacity = k_cache.shape[0] * k_cache.shape[1]
+    if bool((slots[keep] >= capacity).any()):
+        raise InvalidArgument(f"a slot is beyond the {capacity} slots of this cache.")
+    k_cache.view(-1, *row)[slots[keep]] = k[keep].to(k_cache.dtype)
+    v_cache.view(-1, *row)[slots[keep]] = v[keep].to(v_cache.dtype)

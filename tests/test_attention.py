@@ -1,50 +1,12 @@
 """Paged attention against a float64 dense reference; KV content through the manager."""
 
-import math
-
 import pytest
 import torch
 
 from paged_kv import InvalidArgument, KVCacheManager
 from paged_kv.attention import paged_decode, paged_prefill, to_flashinfer
+from paged_kv.course.checks import dense_attention, random_paged_batch
 from paged_kv.storage import KVStorage
-
-
-def dense_attention(q, k, v, causal_offset=None):
-    """float64 softmax(q k^T / sqrt(d)) v with GQA; q [n, Hq, D], k/v [T, Hkv, D]."""
-    q, k, v = q.double(), k.double(), v.double()
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = torch.einsum("nhd,thd->hnt", q, k) / math.sqrt(q.shape[-1])
-    if causal_offset is not None:
-        n, t = q.shape[0], k.shape[0]
-        future = torch.arange(t)[None, :] > (causal_offset + torch.arange(n))[:, None]
-        scores = scores.masked_fill(future, float("-inf"))
-    return torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v)
-
-
-def random_paged_batch(gen, batch, block_size, num_kv_heads, group, head_dim, dtype=torch.float32):
-    """Sequences of random lengths in shuffled blocks; every unused slot holds NaN."""
-    lens = torch.randint(1, 5 * block_size + 3, (batch,), generator=gen)
-    blocks_per_seq = [-(-int(n) // block_size) for n in lens]
-    num_blocks = sum(blocks_per_seq) + 3
-    order = torch.randperm(num_blocks, generator=gen).tolist()  # non-contiguous, non-monotone
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache = torch.full(shape, float("nan"), dtype=dtype)
-    v_cache = torch.full(shape, float("nan"), dtype=dtype)
-    tables = torch.full((batch, max(blocks_per_seq)), -1, dtype=torch.int32)
-    dense = []
-    for b, (n, nb) in enumerate(zip(lens.tolist(), blocks_per_seq, strict=True)):
-        table = [order.pop() for _ in range(nb)]
-        tables[b, :nb] = torch.tensor(table)
-        k = torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype)
-        v = torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype)
-        for t in range(n):
-            k_cache[table[t // block_size], t % block_size] = k[t]
-            v_cache[table[t // block_size], t % block_size] = v[t]
-        dense.append((k, v))
-    q = torch.randn(batch, num_kv_heads * group, head_dim, generator=gen).to(dtype)
-    return q, k_cache, v_cache, tables, lens, dense
 
 
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
@@ -173,3 +135,49 @@ def test_storage_skips_slot_minus_one_and_checks_shapes():
         storage.write(0, [0, 1], k, k)
     with pytest.raises(InvalidArgument):
         storage.write(0, [0, 1, 4], k, k)
+
+
+def test_log_sum_exp_merge_of_slices_equals_one_softmax():
+    from paged_kv.attention.reference import merge_partials
+
+    gen = torch.Generator().manual_seed(1)
+    scores, values = torch.randn(12, generator=gen), torch.randn(12, 4, generator=gen)
+    whole = torch.softmax(scores, 0) @ values
+    slices = [slice(0, 5), slice(5, 12), slice(12, 12)]  # the last slice is empty
+    outs, lses = [], []
+    for s in slices:
+        if s.start == s.stop:
+            outs.append(torch.zeros(4))
+            lses.append(torch.tensor(float("-inf")))
+            continue
+        outs.append(torch.softmax(scores[s], 0) @ values[s])
+        lses.append(torch.logsumexp(scores[s], 0))
+    merged = merge_partials(torch.stack(outs), torch.stack(lses))
+    assert torch.allclose(merged, whole, atol=1e-6)
+
+
+def test_library_passes_the_attention_checks():
+    from paged_kv.attention.reference import merge_partials
+    from paged_kv.course import checks
+    from paged_kv.storage import write_kv
+
+    checks.check_paged_decode(paged_decode)
+    checks.check_lse_merge(merge_partials)
+    checks.check_write_kv(write_kv)
+
+
+def test_attention_checks_catch_mistakes():
+    from paged_kv.course import checks
+
+    def ignores_the_table(q, k_cache, v_cache, tables, lens):
+        flat = torch.arange(k_cache.shape[0])[None].expand(q.shape[0], -1)
+        return paged_decode(q, k_cache, v_cache, flat, lens)
+
+    with pytest.raises(checks.CheckFailed):
+        checks.check_paged_decode(ignores_the_table)
+
+    def naive_mean(outs, lses):
+        return outs.mean(dim=-2)
+
+    with pytest.raises(checks.CheckFailed, match="Weight"):
+        checks.check_lse_merge(naive_mean)

@@ -86,3 +86,13 @@ def _group(num_q_heads: int, num_kv_heads: int) -> int:
             f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
         )
     return num_q_heads // num_kv_heads
+
+
+def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """Combine per-slice softmax results: weight each by exp(its log-sum-exp - the total's).
+
+    out: [..., splits, head_dim] (each slice normalised by its own sum); lse: [..., splits].
+    """
+    total = torch.logsumexp(lse, dim=-1, keepdim=True)
+    weights = torch.exp(lse - total).nan_to_num(0.0)
+    return (weights[..., None] * out).sum(dim=-2)

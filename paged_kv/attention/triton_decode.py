@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from paged_kv.attention.reference import merge_partials
+
 TILE = 16  # tokens per tile; tl.dot needs every dimension >= 16
 
 
@@ -122,13 +124,3 @@ def triton_paged_decode(
         BLOCK_SIZE=block_size, SPLIT_LEN=split_len, TILE_N=TILE,
     )  # fmt: skip
     return merge_partials(out, lse).to(q.dtype)
-
-
-def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """Combine per-slice softmax results: weight each by exp(its log-sum-exp - the total's).
-
-    out: [..., splits, head_dim] (each slice normalised by its own sum); lse: [..., splits].
-    """
-    total = torch.logsumexp(lse, dim=-1, keepdim=True)
-    weights = torch.exp(lse - total).nan_to_num(0.0)
-    return (weights[..., None] * out).sum(dim=-2)

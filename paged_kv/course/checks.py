@@ -7,10 +7,14 @@ The test suite runs the same checks on the library, so both meet one standard.
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
 
 from paged_kv.block_pool import BlockPool
 from paged_kv.block_table import blocks_needed as reference_blocks_needed
@@ -608,3 +612,139 @@ def check_copy_on_write(fn: Callable[..., tuple[int, int] | None]) -> None:
         shared == before and tight.ref_count(before[1]) == 2, "a failed copy must change nothing."
     )
     _passed("copy-on-write")
+
+
+# -- chapter 05: paged attention -------------------------------------------------------------
+
+
+def dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_offset: int | None = None
+) -> torch.Tensor:
+    """float64 softmax(q k^T / sqrt(d)) v with GQA; q [n, Hq, D], k/v [T, Hkv, D]."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("nhd,thd->hnt", q, k) / math.sqrt(q.shape[-1])
+    if causal_offset is not None:
+        n, t = q.shape[0], k.shape[0]
+        future = torch.arange(t)[None, :] > (causal_offset + torch.arange(n))[:, None]
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.einsum("hnt,thd->nhd", torch.softmax(scores, dim=-1), v)
+
+
+def random_paged_batch(
+    gen: torch.Generator,
+    batch: int,
+    block_size: int,
+    num_kv_heads: int,
+    group: int,
+    head_dim: int,
+    dtype: torch.dtype = torch.float32,
+) -> tuple:
+    """Sequences of random lengths in shuffled blocks; every unused slot holds NaN."""
+    lens = torch.randint(1, 5 * block_size + 3, (batch,), generator=gen)
+    blocks_per_seq = [-(-int(n) // block_size) for n in lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()  # non-contiguous, non-monotone
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.full(shape, float("nan"), dtype=dtype)
+    v_cache = torch.full(shape, float("nan"), dtype=dtype)
+    tables = torch.full((batch, max(blocks_per_seq)), -1, dtype=torch.int32)
+    dense = []
+    for b, (n, nb) in enumerate(zip(lens.tolist(), blocks_per_seq, strict=True)):
+        table = [order.pop() for _ in range(nb)]
+        tables[b, :nb] = torch.tensor(table)
+        k = torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype)
+        v = torch.randn(n, num_kv_heads, head_dim, generator=gen).to(dtype)
+        for t in range(n):
+            k_cache[table[t // block_size], t % block_size] = k[t]
+            v_cache[table[t // block_size], t % block_size] = v[t]
+        dense.append((k, v))
+    q = torch.randn(batch, num_kv_heads * group, head_dim, generator=gen).to(dtype)
+    return q, k_cache, v_cache, tables, lens, dense
+
+
+def check_paged_decode(fn: Callable[..., torch.Tensor]) -> None:
+    """`fn(q, k_cache, v_cache, block_tables, seq_lens)` equals dense attention per sequence."""
+    gen = torch.Generator().manual_seed(0)
+    for block_size, group in [(4, 1), (1, 2), (16, 4), (8, 2)]:
+        q, k_cache, v_cache, tables, lens, dense = random_paged_batch(
+            gen, 3, block_size, 2, group, 8
+        )
+        out = fn(q, k_cache, v_cache, tables, lens)
+        _expect(
+            tuple(out.shape) == tuple(q.shape),
+            f"the output should have q's shape {tuple(q.shape)}, got {tuple(out.shape)}.",
+        )
+        _expect(
+            not torch.isnan(out).any(),
+            "the output has NaN: unused slots of the cache hold NaN here, so read only the "
+            "blocks in a sequence's table and only its first seq_len tokens.",
+        )
+        for b, (k, v) in enumerate(dense):
+            want = dense_attention(q[b : b + 1], k, v)[0]
+            err = (out[b].double() - want).abs().max().item()
+            _expect(
+                err < 1e-4,
+                f"block_size {block_size}, {group} query heads per KV head, sequence {b} of "
+                f"length {int(lens[b])}: off by {err:.2e} from dense attention. Check the slot "
+                "of token t (table[t // block_size], t % block_size) and that query head h "
+                "reads KV head h // group.",
+            )
+    _passed("paged decode")
+
+
+def check_lse_merge(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    """`fn(outs [..., S, D], lses [..., S])` merges per-slice softmax results exactly."""
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(50):
+        n = int(torch.randint(2, 40, (1,), generator=gen))
+        scores = torch.randn(n, generator=gen, dtype=torch.float64) * 3
+        values = torch.randn(n, 4, generator=gen, dtype=torch.float64)
+        cuts = sorted(torch.randint(0, n + 1, (3,), generator=gen).tolist())
+        bounds = [0, *cuts, n]
+        outs, lses = [], []
+        for lo, hi in itertools.pairwise(bounds):
+            if lo == hi:  # an empty slice: nothing to add
+                outs.append(torch.zeros(4, dtype=torch.float64))
+                lses.append(torch.tensor(float("-inf"), dtype=torch.float64))
+            else:
+                outs.append(torch.softmax(scores[lo:hi], 0) @ values[lo:hi])
+                lses.append(torch.logsumexp(scores[lo:hi], 0))
+        got = fn(torch.stack(outs), torch.stack(lses))
+        want = torch.softmax(scores, 0) @ values
+        _expect(
+            torch.allclose(got, want, atol=1e-9),
+            f"trial {trial}: slices {list(itertools.pairwise(bounds))} of {n} scores "
+            f"merged to {got.tolist()}, but one softmax over all gives {want.tolist()}. Weight "
+            "each slice by exp(its lse - logsumexp of all lses); an empty slice (lse = -inf) "
+            "must weigh 0, not NaN.",
+        )
+    _passed("log-sum-exp merge")
+
+
+def check_write_kv(fn: Callable[..., None]) -> None:
+    """`fn(k_cache, v_cache, slots, k, v)` stores row i at flat slot slots[i]; -1 is skipped."""
+    from paged_kv.storage import write_kv
+
+    gen = torch.Generator().manual_seed(2)
+    for trial in range(30):
+        blocks, size = (
+            int(torch.randint(1, 5, (1,), generator=gen)),
+            int(torch.randint(1, 5, (1,), generator=gen)),
+        )
+        n = int(torch.randint(1, blocks * size + 1, (1,), generator=gen))
+        slots = torch.randperm(blocks * size, generator=gen)[:n]
+        slots[torch.rand(n, generator=gen) < 0.2] = -1
+        k, v = torch.randn(n, 2, 3, generator=gen), torch.randn(n, 2, 3, generator=gen)
+        theirs = (torch.zeros(blocks, size, 2, 3), torch.zeros(blocks, size, 2, 3))
+        ours = (torch.zeros(blocks, size, 2, 3), torch.zeros(blocks, size, 2, 3))
+        fn(theirs[0], theirs[1], slots, k, v)
+        write_kv(ours[0], ours[1], slots, k, v)
+        _expect(
+            torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1]),
+            f"trial {trial}: after writing rows at slots {slots.tolist()} into {blocks} blocks "
+            f"of {size}, the caches differ from the expected ones. Slot s is block "
+            "s // block_size, offset s % block_size; skip slots of -1.",
+        )
+    _passed("slot-mapping write")
