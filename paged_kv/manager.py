@@ -176,8 +176,7 @@ class KVCacheManager:
         if not tokens:
             return []
         table, length = entry.block_table, len(entry.token_ids)
-        copy_last = last_block_is_shared_and_partial(self.pool, table, length)
-        need = blocks_needed(length + len(tokens), self.block_size) - len(table) + copy_last
+        need = self._blocks_to_append(entry, len(tokens))
         if need > self.pool.num_available:
             raise OutOfBlocks(
                 f"appending {len(tokens)} token(s) to {seq_id!r} needs {need} new block(s) but "
@@ -253,11 +252,9 @@ class KVCacheManager:
     def can_append(self, seq_id: SeqId, num_new_tokens: int = 1) -> bool:
         """Would appending `num_new_tokens` to `seq_id` fit right now?"""
         _check_count("num_new_tokens", num_new_tokens)
-        entry = self._entry(seq_id)
-        length, table = len(entry.token_ids), entry.block_table
-        copy_last = last_block_is_shared_and_partial(self.pool, table, length)
-        need = blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy_last
-        return need <= self.pool.num_available
+        return (
+            self._blocks_to_append(self._entry(seq_id), num_new_tokens) <= self.pool.num_available
+        )
 
     # -- reading a sequence --------------------------------------------------------------
 
@@ -328,6 +325,12 @@ class KVCacheManager:
                 filled[block_id] = max(filled.get(block_id, 0), in_block)
         tables = {seq_id: entry.block_table for seq_id, entry in self._seqs.items()}
         return self.pool.snapshot(tables, filled)
+
+    def _blocks_to_append(self, entry: _SequenceEntry, num_new_tokens: int) -> int:
+        """New blocks an append needs: the growth, plus one for a copy-on-write copy."""
+        length, table = len(entry.token_ids), entry.block_table
+        copy = last_block_is_shared_and_partial(self.pool, table, length)
+        return blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy
 
     def _hashes(self, entry: _SequenceEntry, start: int, end: int) -> list[BlockHash]:
         """Chained hashes of `entry`'s full blocks covering tokens start..end-1."""
