@@ -137,10 +137,7 @@ class KVCacheManager:
         if not tokens:
             raise InvalidArgument(f"sequence {seq_id!r} needs at least one prompt token.")
         entry = _SequenceEntry(tokens, [], check_salt(salt), tuple(extra_keys))
-        caching = self.prefix_cache is not None
-        hashes = self._hashes(entry, 0, len(tokens)) if caching else []
-        max_hits = (len(tokens) - 1) // self.block_size  # the last token is always computed
-        hit_blocks = self.prefix_cache.longest_prefix(hashes[:max_hits]) if caching else []
+        hashes, hit_blocks = self._prefix_hits(entry)
         revived = sum(1 for b in hit_blocks if self.pool.ref_count(b) == 0)
         need = blocks_needed(len(tokens), self.block_size) - len(hit_blocks)
         if need > self.pool.num_available - revived:
@@ -244,6 +241,18 @@ class KVCacheManager:
 
     # -- questions the scheduler asks ----------------------------------------------------
 
+    def num_prefix_hit_tokens(
+        self, token_ids: Sequence[int], *, salt: Salt = None, extra_keys: Sequence[ExtraKey] = ()
+    ) -> int:
+        """How many leading tokens of this prompt `add_sequence` would find cached now.
+
+        Read-only: no block changes state and no hit is counted, so a scheduler can price
+        a request (prompt tokens minus hits) before admitting it.
+        """
+        tokens = _check_tokens(token_ids, "the prompt")
+        entry = _SequenceEntry(tokens, [], check_salt(salt), tuple(extra_keys))
+        return len(self._prefix_hits(entry)[1]) * self.block_size
+
     def can_allocate(self, num_tokens: int) -> bool:
         """Would a new sequence with a `num_tokens`-token prompt fit right now?"""
         _check_count("num_tokens", num_tokens)
@@ -331,6 +340,14 @@ class KVCacheManager:
         length, table = len(entry.token_ids), entry.block_table
         copy = last_block_is_shared_and_partial(self.pool, table, length)
         return blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy
+
+    def _prefix_hits(self, entry: _SequenceEntry) -> tuple[list[BlockHash], list[int]]:
+        """The prompt's full-block hashes and the cached blocks of its longest hit prefix."""
+        if self.prefix_cache is None:
+            return [], []
+        hashes = self._hashes(entry, 0, len(entry.token_ids))
+        max_hits = (len(entry.token_ids) - 1) // self.block_size  # the last token is computed
+        return hashes, self.prefix_cache.longest_prefix(hashes[:max_hits])
 
     def _hashes(self, entry: _SequenceEntry, start: int, end: int) -> list[BlockHash]:
         """Chained hashes of `entry`'s full blocks covering tokens start..end-1."""

@@ -83,6 +83,23 @@ def test_freed_blocks_are_found_again_until_evicted():
     assert m.stats().evictions == 4
 
 
+def test_asking_for_prefix_hits_changes_nothing_and_agrees_with_adding():
+    m = KVCacheManager(8, BS, eviction="lfu")
+    m.add_sequence("a", [*SHARED, 1])
+    m.free_sequence("a")
+
+    def state():
+        return m.snapshot(), m.hit_rates(), [m.pool.policy.count(b) for b in range(8)]
+
+    before = state()
+    assert m.num_prefix_hit_tokens([*SHARED, 9]) == 12
+    assert m.num_prefix_hit_tokens(SHARED) == 8  # never the last token
+    assert m.num_prefix_hit_tokens([*SHARED, 9], salt="other") == 0
+    assert state() == before
+    m.add_sequence("b", [*SHARED, 9])
+    assert m.num_cached_tokens("b") == 12
+
+
 def test_salted_requests_never_share():
     m = KVCacheManager(16, BS)
     m.add_sequence("a", [*SHARED, 1], salt="tenant-1")

@@ -1,0 +1,331 @@
+"""The serving engine: requests in, tokens out, many at once over one paged KV cache.
+
+Each step the scheduler plans which tokens to compute, the manager's block tables say where
+their K/V live, the model computes them in one batch, and one token is sampled per request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import torch
+
+from paged_kv.block_table import blocks_needed
+from paged_kv.errors import InvalidArgument, PagedKVError
+from paged_kv.eviction import EvictionPolicy
+from paged_kv.manager import KVCacheManager
+from paged_kv.model import ForwardBatch, SeqChunk, TinyLM
+from paged_kv.scheduler import Preemption, Request, SamplingParams, Scheduler, StepPlan
+from paged_kv.tokenizer import ByteTokenizer
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished request: its prompt, the tokens generated and their text (None when the
+    engine has no tokenizer)."""
+
+    request_id: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str | None
+    num_cached_prompt_tokens: int
+    num_preemptions: int
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step, for plots: engine time when it began, the queues and blocks while it ran,
+    and the tokens it computed."""
+
+    step: int
+    time_s: float
+    running: int
+    waiting: int
+    prefill_tokens: int
+    decode_tokens: int
+    blocks_in_use: int
+    blocks_cached: int
+    preemptions: int
+
+
+@dataclass
+class EngineStats:
+    """What a run cost and saved. Prefill tokens are computed or saved by prefix-cache hits;
+    recomputed ones (after a preemption) are counted among the computed."""
+
+    requests: int = 0
+    steps: int = 0
+    prompt_tokens: int = 0
+    prefill_tokens_computed: int = 0
+    prefill_tokens_saved: int = 0
+    recomputed_tokens: int = 0
+    generated_tokens: int = 0
+    elapsed_s: float = 0.0
+    peak_running: int = 0
+    peak_blocks_in_use: int = 0
+    evictions: int = 0
+    preemptions: list[Preemption] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of engine steps."""
+        return self.generated_tokens / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of prefill tokens that came from the prefix cache instead of being computed."""
+        total = self.prefill_tokens_computed + self.prefill_tokens_saved
+        return self.prefill_tokens_saved / total if total else 0.0
+
+    def summary(self) -> dict[str, float | int]:
+        """The headline figures, one row each."""
+        return {
+            "requests": self.requests,
+            "steps": self.steps,
+            "generated tokens": self.generated_tokens,
+            "prefill tokens computed": self.prefill_tokens_computed,
+            "prefill tokens saved (prefix hits)": self.prefill_tokens_saved,
+            "prefix hit rate": round(self.hit_rate, 3),
+            "preemptions": len(self.preemptions),
+            "tokens recomputed after preemption": self.recomputed_tokens,
+            "evictions": self.evictions,
+            "peak running requests": self.peak_running,
+            "peak blocks in use": self.peak_blocks_in_use,
+            "tokens/s": round(self.tokens_per_s, 1),
+        }
+
+
+class Engine:
+    """A paged KV cache serving `model`: `generate` for whole batches, `add_request` and
+    `step` to drive it yourself. A model with a 256-token vocabulary gets the byte tokenizer
+    unless told otherwise; pass a Hugging Face tokenizer for a Hugging Face model."""
+
+    def __init__(
+        self,
+        model: TinyLM,
+        *,
+        num_blocks: int,
+        block_size: int = 16,
+        eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
+        prefix_caching: bool = True,
+        max_batch_tokens: int = 512,
+        max_running: int = 32,
+        scheduler: type[Scheduler] = Scheduler,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.model = model
+        self.manager = KVCacheManager(
+            num_blocks, block_size, eviction=eviction, prefix_caching=prefix_caching
+        )
+        self.kv = model.kv_storage(num_blocks, block_size)
+        self.scheduler = scheduler(
+            self.manager, max_batch_tokens=max_batch_tokens, max_running=max_running
+        )
+        byte_level = model.config.vocab_size == ByteTokenizer.vocab_size
+        self.tokenizer = tokenizer or (ByteTokenizer() if byte_level else None)
+        self.requests: dict[int, Request] = {}
+        self.timeline: list[StepRecord] = []
+        self._stats = EngineStats()
+        self._next_id = 0
+
+    # -- requests in ---------------------------------------------------------------------
+
+    def add_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; return its id. A request that could never be served is refused
+        here with `InvalidArgument`, before it touches any queue."""
+        request = self._new_request(prompt, params or SamplingParams())
+        self._enqueue(request)
+        return request.request_id
+
+    def generate(
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        max_new_tokens: int = 16,
+        *,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] = (),
+        progress: bool = False,
+    ) -> list[Completion]:
+        """Serve `prompts` together and return their completions in order.
+
+        Greedy by default; with a temperature, request i samples with seed `seed + i`, so
+        results do not depend on how the requests were batched. Every prompt is checked
+        before any is queued.
+        """
+        requests = [
+            self._new_request(
+                prompt,
+                SamplingParams(
+                    max_new_tokens,
+                    temperature,
+                    None if seed is None else seed + i,
+                    tuple(stop_token_ids),
+                ),
+                request_id=self._next_id + i,
+            )
+            for i, prompt in enumerate(prompts)
+        ]
+        for request in requests:
+            self._enqueue(request)
+        self.run(progress=progress)
+        return [self.completion(r.request_id) for r in requests]
+
+    # -- stepping ------------------------------------------------------------------------
+
+    def has_unfinished(self) -> bool:
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    def run(self, progress: bool = False) -> None:
+        """Step until every request has finished; `progress` shows a bar of generated tokens."""
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            remaining = self.scheduler.waiting, self.scheduler.running
+            total = sum(r.params.max_new_tokens - len(r.output) for q in remaining for r in q)
+            bar = tqdm(total=total, unit="tok", desc="generating")
+        while self.has_unfinished():
+            plan = self.step()
+            if bar is not None:
+                bar.update(len(plan.chunks))
+                bar.set_postfix(running=len(self.scheduler.running), refresh=False)
+        if bar is not None:
+            bar.close()
+
+    def step(self) -> StepPlan:
+        """Schedule, compute one batch, sample one token per scheduled request; return the plan."""
+        began = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan.chunks:
+            raise PagedKVError(
+                f"step {plan.step} scheduled nothing with {len(self.scheduler.waiting)} request(s) "
+                "waiting: the scheduler cannot make progress (a custom scheduler's bug?)."
+            )
+        self.kv.copy_blocks(self.manager.pop_block_copies())
+        logits = self.model(self._forward_batch(plan), self.kv)
+        self._record(plan)
+        for chunk, row in zip(plan.chunks, logits, strict=True):
+            chunk.request.output.append(self._sample(row, chunk.request))
+            if chunk.request.is_done:
+                self.scheduler.finish(chunk.request)
+        self._stats.elapsed_s += time.perf_counter() - began
+        return plan
+
+    def completion(self, request_id: int) -> Completion:
+        """The result of a finished request."""
+        request = self.requests[request_id]
+        if not request.is_done:
+            raise InvalidArgument(f"request {request_id} has not finished; step the engine on.")
+        return Completion(
+            request_id,
+            list(request.prompt),
+            list(request.output),
+            None if self.tokenizer is None else self.tokenizer.decode(request.output),
+            request.num_cached_tokens,
+            request.num_preemptions,
+        )
+
+    def stats(self) -> EngineStats:
+        """Counters since the engine was made, with the cache's evictions so far."""
+        return replace(
+            self._stats,
+            evictions=self.manager.stats().evictions,
+            preemptions=list(self._stats.preemptions),
+        )
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _new_request(
+        self, prompt: str | Sequence[int], params: SamplingParams, request_id: int | None = None
+    ) -> Request:
+        if isinstance(prompt, str) and self.tokenizer is None:
+            raise InvalidArgument("this engine has no tokenizer: pass token ids, or tokenizer=.")
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        vocab = self.model.config.vocab_size
+        if not ids:
+            raise InvalidArgument("the prompt is empty; give at least one token.")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise InvalidArgument(f"prompt tokens must be ints in 0..{vocab - 1}.")
+        capacity = self.manager.pool.num_blocks
+        need = blocks_needed(len(ids) + params.max_new_tokens, self.manager.block_size)
+        if need > capacity:
+            raise InvalidArgument(
+                f"{len(ids)} prompt tokens + {params.max_new_tokens} new ones need {need} blocks "
+                f"but the whole cache has {capacity}; shorten the request or add blocks."
+            )
+        request_id = self._next_id if request_id is None else request_id
+        return Request(request_id, ids, params)
+
+    def _enqueue(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        self._next_id = max(self._next_id, request.request_id + 1)
+        self.scheduler.add(request)
+        self._stats.requests += 1
+        self._stats.prompt_tokens += len(request.prompt)
+
+    def _forward_batch(self, plan: StepPlan) -> ForwardBatch:
+        chunks = []
+        for chunk in plan.chunks:
+            seq = chunk.request.request_id
+            chunks.append(
+                SeqChunk(
+                    chunk.request.tokens[chunk.start : chunk.start + chunk.num_tokens],
+                    chunk.start,
+                    self.manager.slot_mapping(seq, chunk.start, chunk.start + chunk.num_tokens),
+                    self.manager.block_table(seq),
+                )
+            )
+        return ForwardBatch.build(chunks, self.model.device)
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, request: Request) -> int:
+        """Greedy at temperature 0; otherwise draw from softmax(logits / T) with the
+        request's own generator."""
+        temperature = request.params.temperature
+        if temperature == 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=request.generator))
+
+    def _record(self, plan: StepPlan) -> None:
+        """Count what `plan` computed and note the queues and blocks while it ran."""
+        s = self._stats
+        s.steps += 1
+        s.preemptions.extend(plan.preempted)
+        prefill = decode = 0
+        for chunk in plan.chunks:
+            if chunk.admitted:
+                prefill += chunk.num_tokens
+                s.prefill_tokens_saved += chunk.start
+                if chunk.request.num_preemptions:
+                    s.recomputed_tokens += chunk.num_tokens
+            else:
+                decode += 1
+        s.prefill_tokens_computed += prefill
+        s.generated_tokens += len(plan.chunks)
+        usage = self.manager.stats()
+        s.peak_running = max(s.peak_running, len(self.scheduler.running))
+        s.peak_blocks_in_use = max(s.peak_blocks_in_use, usage.num_in_use_blocks)
+        self.timeline.append(
+            StepRecord(
+                plan.step,
+                s.elapsed_s,
+                len(self.scheduler.running),
+                len(self.scheduler.waiting),
+                prefill,
+                decode,
+                usage.num_in_use_blocks,
+                usage.num_cached_blocks,
+                len(plan.preempted),
+            )
+        )

@@ -1,0 +1,233 @@
+"""The engine: exactly the tokens of dense decoding, whatever the cache had to do to get there."""
+
+import random
+from functools import cache
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paged_kv import InvalidArgument, PagedKVError
+from paged_kv.engine import Engine
+from paged_kv.eviction import POLICIES
+from paged_kv.model import TinyLM, greedy_dense
+from paged_kv.scheduler import RequestStatus, SamplingParams, Scheduler
+
+NEW_TOKENS = 12
+
+
+@cache
+def model() -> TinyLM:
+    return TinyLM(seed=0)
+
+
+@cache
+def workload() -> tuple[list[list[int]], list[list[int]]]:
+    """Mixed-length prompts, most behind a shared 40-token system prompt, and their dense
+    greedy continuations."""
+    rng = random.Random(0)
+    system = [rng.randrange(256) for _ in range(40)]
+    prompts = [system + [rng.randrange(256) for _ in range(rng.randrange(1, 30))] for _ in range(7)]
+    prompts.append([rng.randrange(256) for _ in range(23)])
+    return prompts, [greedy_dense(model(), p, NEW_TOKENS) for p in prompts]
+
+
+def tight_engine(block_size: int, eviction: str = "lru", **kwargs) -> Engine:
+    """A cache of just enough blocks for the longest request plus two: it must preempt."""
+    prompts, _ = workload()
+    longest = max(-(-(len(p) + NEW_TOKENS) // block_size) for p in prompts)
+    return Engine(
+        model(), num_blocks=longest + 2, block_size=block_size, eviction=eviction, **kwargs
+    )
+
+
+@pytest.mark.parametrize("eviction", sorted(POLICIES))
+@pytest.mark.parametrize("block_size", [1, 16, 7])
+def test_greedy_output_equals_dense_decoding_under_memory_pressure(block_size, eviction):
+    prompts, expected = workload()
+    engine = tight_engine(block_size, eviction, max_batch_tokens=128, max_running=8)
+    completions = engine.generate(prompts, NEW_TOKENS)
+    assert [c.token_ids for c in completions] == expected
+    stats = engine.stats()
+    assert stats.preemptions and stats.evictions and stats.prefill_tokens_saved
+    assert stats.recomputed_tokens > 0
+    assert stats.generated_tokens == len(prompts) * NEW_TOKENS
+    assert engine.manager.stats().num_in_use_blocks == 0  # everything released at the end
+
+
+def test_prefix_caching_saves_prefill_without_changing_the_tokens():
+    prompts, expected = workload()
+    runs = {}
+    for caching in (True, False):
+        engine = Engine(model(), num_blocks=200, block_size=4, prefix_caching=caching)
+        assert [c.token_ids for c in engine.generate(prompts, NEW_TOKENS)] == expected
+        runs[caching] = engine.stats()
+    assert runs[False].prefill_tokens_saved == 0
+    assert runs[True].prefill_tokens_saved >= 6 * 40 // 4 * 4  # the system prompt, 6 times
+    assert (
+        runs[True].prefill_tokens_computed + runs[True].prefill_tokens_saved
+        == runs[False].prefill_tokens_computed
+        == sum(map(len, prompts))
+    )
+
+
+def test_continuous_batching_admits_new_requests_while_others_decode():
+    prompts, expected = workload()
+    engine = Engine(model(), num_blocks=200, block_size=16, max_batch_tokens=64)
+    ids = [engine.add_request(p, SamplingParams(NEW_TOKENS)) for p in prompts]
+    mixed = 0
+    while engine.has_unfinished():
+        plan = engine.step()
+        kinds = {c.admitted for c in plan.chunks}
+        mixed += kinds == {True, False}
+        assert plan.num_tokens <= 64 or len(plan.chunks) == 1
+    assert mixed > 0
+    assert [engine.completion(i).token_ids for i in ids] == expected
+    assert len(engine.timeline) == engine.stats().steps
+
+
+def test_every_step_respects_the_running_cap():
+    prompts, _ = workload()
+    engine = Engine(model(), num_blocks=200, block_size=8, max_running=3)
+    for p in prompts:
+        engine.add_request(p, SamplingParams(4))
+    while engine.has_unfinished():
+        engine.step()
+        assert len(engine.scheduler.running) <= 3
+    assert engine.stats().peak_running == 3
+
+
+def test_preemption_says_who_and_why_and_the_victim_is_the_newest():
+    prompts, _ = workload()
+    engine = tight_engine(16, max_batch_tokens=256)
+    engine.generate(prompts, NEW_TOKENS)
+    first = engine.stats().preemptions[0]
+    assert f"request {first.request_id} is the newest running" in first.reason
+    assert "needed a block for its next token" in first.reason
+    assert first.num_tokens > len(prompts[first.request_id])
+
+
+def test_seeded_sampling_does_not_depend_on_batching():
+    prompts, expected = workload()
+    together = Engine(model(), num_blocks=200).generate(prompts, 8, temperature=1.0, seed=7)
+    alone = [
+        Engine(model(), num_blocks=200).add_request(p, SamplingParams(8, 1.0, seed=7 + i))
+        for i, p in enumerate(prompts)
+    ]
+    assert alone == [0] * len(prompts)  # each engine numbers its requests from 0
+    singles = []
+    for i, p in enumerate(prompts):
+        engine = Engine(model(), num_blocks=200)
+        rid = engine.add_request(p, SamplingParams(8, 1.0, seed=7 + i))
+        engine.run()
+        singles.append(engine.completion(rid).token_ids)
+    assert [c.token_ids for c in together] == singles
+    assert [c.token_ids for c in together] != [e[:8] for e in expected]  # really sampled
+
+
+def test_stop_tokens_end_a_request_early():
+    prompts, expected = workload()
+    stop = expected[0][3]
+    out = Engine(model(), num_blocks=200).generate(prompts[:1], NEW_TOKENS, stop_token_ids=[stop])
+    assert out[0].token_ids == expected[0][: expected[0].index(stop) + 1]
+
+
+def test_text_prompts_go_through_the_tokenizer():
+    engine = Engine(model(), num_blocks=50)
+    [completion] = engine.generate(["hello"], 5)
+    assert completion.prompt_ids == list(b"hello")
+    assert completion.token_ids == greedy_dense(model(), list(b"hello"), 5)
+    assert completion.text == engine.tokenizer.decode(completion.token_ids)
+
+
+@pytest.mark.parametrize(
+    "prompt, params, message",
+    [
+        ([], SamplingParams(4), "empty"),
+        ("", SamplingParams(4), "empty"),
+        ([1, 2, 256], SamplingParams(4), "0..255"),
+        ([1] * 60, SamplingParams(40), "whole cache has 6"),
+    ],
+)
+def test_bad_requests_are_refused_without_disturbing_running_ones(prompt, params, message):
+    prompts, expected = workload()
+    engine = Engine(model(), num_blocks=6, block_size=16)
+    rid = engine.add_request(prompts[0], SamplingParams(NEW_TOKENS))
+    engine.step()
+    engine.step()
+    with pytest.raises(InvalidArgument, match=message):
+        engine.add_request(prompt, params)
+    assert len(engine.requests) == 1 and len(engine.scheduler.waiting) == 0
+    engine.run()
+    assert engine.completion(rid).token_ids == expected[0]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_max_new_tokens_must_be_a_positive_int(bad):
+    with pytest.raises(InvalidArgument, match="max_new_tokens"):
+        SamplingParams(bad)
+    with pytest.raises(InvalidArgument):
+        Engine(model(), num_blocks=10).generate(["hi"], bad)
+
+
+def test_generate_checks_every_prompt_before_queueing_any():
+    engine = Engine(model(), num_blocks=10)
+    with pytest.raises(InvalidArgument):
+        engine.generate(["fine", ""], 3)
+    assert not engine.requests and not engine.has_unfinished()
+
+
+def test_a_completion_is_only_ready_when_finished():
+    engine = Engine(model(), num_blocks=10)
+    rid = engine.add_request("abc", SamplingParams(3))
+    engine.step()
+    assert engine.requests[rid].status is RequestStatus.RUNNING
+    with pytest.raises(InvalidArgument, match="not finished"):
+        engine.completion(rid)
+
+
+def test_budgets_are_checked():
+    with pytest.raises(InvalidArgument, match="max_running"):
+        Engine(model(), num_blocks=10, max_batch_tokens=4, max_running=8)
+    with pytest.raises(InvalidArgument):
+        Engine(model(), num_blocks=10, max_batch_tokens=0)
+
+
+def test_a_scheduler_that_admits_nothing_is_reported_not_looped_on():
+    class Stuck(Scheduler):
+        def admit_waiting(self, plan):
+            pass
+
+    engine = Engine(model(), num_blocks=10, scheduler=Stuck)
+    engine.add_request("abc")
+    with pytest.raises(PagedKVError, match="cannot make progress"):
+        engine.step()
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 24), min_size=1, max_size=5),
+    block_size=st.sampled_from([1, 3, 8]),
+    spare_blocks=st.integers(0, 6),
+    budget=st.integers(8, 64),
+    eviction=st.sampled_from(sorted(POLICIES)),
+    seed=st.integers(0, 2**16),
+)
+def test_any_budget_gives_the_dense_tokens(
+    lengths, block_size, spare_blocks, budget, eviction, seed
+):
+    rng = random.Random(seed)
+    shared = [rng.randrange(256) for _ in range(rng.randrange(0, 12))]
+    prompts = [shared + [rng.randrange(256) for _ in range(n)] for n in lengths]
+    new = 5
+    longest = max(-(-(len(p) + new) // block_size) for p in prompts)
+    engine = Engine(
+        model(),
+        num_blocks=longest + spare_blocks,
+        block_size=block_size,
+        eviction=eviction,
+        max_batch_tokens=budget,
+        max_running=min(budget, 4),
+    )
+    out = engine.generate(prompts, new)
+    assert [c.token_ids for c in out] == [greedy_dense(model(), p, new) for p in prompts]
