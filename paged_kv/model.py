@@ -272,7 +272,7 @@ class TinyLM(nn.Module):
     def forward(self, batch: ForwardBatch, kv: KVStorage) -> torch.Tensor:
         """Write the batch's K/V into `kv`; return the logits of each sequence's last new
         token, [num_sequences, vocab_size]."""
-        hidden = self._run(
+        hidden = self.run_layers(
             batch.token_ids,
             batch.positions,
             lambda layer: partial(attend_paged, kv=kv, layer=layer, batch=batch),
@@ -284,14 +284,16 @@ class TinyLM(nn.Module):
         """Logits for every position of one sequence, [T, vocab_size], without any cache."""
         ids = torch.as_tensor(token_ids, dtype=torch.long, device=self.device)
         positions = torch.arange(len(ids), device=self.device)
-        return self.lm_head(self.norm(self._run(ids, positions, lambda layer: attend_dense)))
+        return self.lm_head(self.norm(self.run_layers(ids, positions, lambda _: attend_dense)))
 
-    def _run(
+    def run_layers(
         self,
         token_ids: torch.Tensor,
         positions: torch.Tensor,
         attend_for: Callable[[int], Attend],
     ) -> torch.Tensor:
+        """The decoder stack's hidden states [N, hidden]; `attend_for(layer)` is the attention
+        of that layer, and so decides where its K/V are kept (paged, contiguous, nowhere)."""
         x = self.embed_tokens(token_ids)
         cos, sin = self._rope(positions)
         for i, layer in enumerate(self.layers):

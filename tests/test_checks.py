@@ -5,6 +5,7 @@ import pytest
 from paged_kv import BlockPool, OutOfBlocks
 from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.course import checks
+from paged_kv.scheduler import RequestStatus, ScheduledChunk, Scheduler
 
 
 class LeakyPool(BlockPool):
@@ -225,3 +226,42 @@ def test_a_copy_that_forgets_the_old_reference_is_caught():
 
     with pytest.raises(checks.CheckFailed, match="lose this table's reference"):
         checks.check_copy_on_write(leaky)
+
+
+def test_the_library_scheduler_passes_the_engine_checks():
+    checks.check_admission(Scheduler)
+    checks.check_preemption(Scheduler)
+
+
+class _PricesHitsAsComputed(Scheduler):
+    def admit_waiting(self, plan):
+        while self.waiting and len(self.running) < self.max_running:
+            request = self.waiting[0]
+            if len(request.tokens) > plan.budget_left and plan.chunks:
+                return
+            try:
+                self.manager.add_sequence(request.request_id, request.tokens)
+            except OutOfBlocks:
+                return
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            hits = self.manager.num_cached_tokens(request.request_id)
+            plan.chunks.append(ScheduledChunk(request, hits, len(request.tokens) - hits, True))
+
+
+class _RequeuesAtTheBack(Scheduler):
+    def preempt(self, request, plan, reason):
+        super().preempt(request, plan, reason)
+        self.waiting.remove(request)
+        self.waiting.append(request)
+
+
+def test_admission_that_ignores_prefix_hits_is_caught():
+    with pytest.raises(checks.CheckFailed, match="prefix hits"):
+        checks.check_admission(_PricesHitsAsComputed)
+
+
+def test_preemption_that_requeues_at_the_back_is_caught():
+    with pytest.raises(checks.CheckFailed, match="appendleft"):
+        checks.check_preemption(_RequeuesAtTheBack)

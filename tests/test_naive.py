@@ -4,9 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paged_kv import InvalidBlock, OutOfBlocks
+from paged_kv import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.course import checks
-from paged_kv.course.naive import ListLRU, ScanBlockPool
+from paged_kv.course.naive import ListLRU, ScanBlockPool, generate_contiguous
+from paged_kv.model import TinyLM, greedy_dense
 
 
 def test_scan_pool_allocates_correctly_but_scans():
@@ -55,3 +56,12 @@ def test_length_keyed_prefix_cache_returns_another_prompts_blocks():
     cache.insert([1, 2, 3], [7, 8])
     assert cache.lookup([9, 9, 9]) == [7, 8]  # different tokens, same length: wrong hit
     assert cache.lookup([1, 2]) is None
+
+
+def test_a_contiguous_cache_decodes_the_dense_tokens():
+    model = TinyLM(seed=4)
+    prompt = list(range(60, 91))
+    assert generate_contiguous(model, prompt, 6) == greedy_dense(model, prompt, 6)
+    assert generate_contiguous(model, prompt, 6, reserve=64) == greedy_dense(model, prompt, 6)
+    with pytest.raises(InvalidArgument, match="reserve"):
+        generate_contiguous(model, prompt, 6, reserve=36)

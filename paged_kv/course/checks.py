@@ -7,6 +7,7 @@ The test suite runs the same checks on the library, so both meet one standard.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -19,7 +20,18 @@ import torch
 from paged_kv.block_pool import BlockPool
 from paged_kv.block_table import blocks_needed as reference_blocks_needed
 from paged_kv.block_table import slot_mapping as reference_slot_mapping
+from paged_kv.engine import Engine
 from paged_kv.errors import InvalidBlock, OutOfBlocks
+from paged_kv.manager import KVCacheManager
+from paged_kv.model import ModelConfig, TinyLM
+from paged_kv.scheduler import (
+    Preemption,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    StepPlan,
+)
 
 
 class CheckFailed(AssertionError):
@@ -748,3 +760,146 @@ def check_write_kv(fn: Callable[..., None]) -> None:
             "s // block_size, offset s % block_size; skip slots of -1.",
         )
     _passed("slot-mapping write")
+
+
+# -- chapter 06: the serving engine -------------------------------------------------------------
+
+
+@functools.cache
+def _small_model() -> TinyLM:
+    return TinyLM(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1), seed=0)
+
+
+def engine_trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any], list[list[int]]]:
+    """Serve a random small workload under tight budgets with `scheduler_cls`; return what
+    every step computed and preempted, and each request's tokens."""
+    rng = random.Random(seed)
+    shared = [rng.randrange(256) for _ in range(rng.choice([0, 12, 20]))]
+    prompts = [shared + [rng.randrange(256) for _ in range(rng.randrange(1, 20))] for _ in range(6)]
+    block_size, new = rng.choice([1, 4, 8]), 6
+    longest = max(reference_blocks_needed(len(p) + new, block_size) for p in prompts)
+    engine = Engine(
+        _small_model(),
+        num_blocks=longest + rng.randrange(0, 4),
+        block_size=block_size,
+        max_batch_tokens=rng.choice([16, 32, 64]),
+        max_running=rng.choice([2, 4, 8]),
+        scheduler=scheduler_cls,
+    )
+    ids = [engine.add_request(p, SamplingParams(new)) for p in prompts]
+    steps: list[Any] = []
+    while engine.has_unfinished() and len(steps) < 500:
+        plan = engine.step()
+        computed = [(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]
+        steps.append((computed, [(p.request_id, p.num_tokens) for p in plan.preempted]))
+    return steps, [engine.requests[i].output for i in ids]
+
+
+def _compare_traces(scheduler_cls: type[Scheduler], what: str) -> None:
+    for seed in range(6):
+        theirs, their_tokens = engine_trace(scheduler_cls, seed)
+        ours, our_tokens = engine_trace(Scheduler, seed)
+        for step, (mine, want) in enumerate(zip(theirs, ours, strict=False)):
+            _expect(
+                mine == want,
+                f"workload {seed}, step {step}: your {what} led to computing {mine[0]} and "
+                f"preempting {mine[1]}, the reference computes {want[0]} and preempts "
+                f"{want[1]} (entries: (request, first position, tokens, admitted)).",
+            )
+        _expect(
+            len(theirs) == len(ours), f"workload {seed}: {len(theirs)} steps, want {len(ours)}."
+        )
+        _expect(their_tokens == our_tokens, f"workload {seed}: the generated tokens differ.")
+
+
+def check_admission(scheduler_cls: type[Scheduler]) -> None:
+    """`scheduler_cls.admit_waiting` admits in order within the token, block and running caps."""
+    manager = KVCacheManager(12, 4)
+    shared = list(range(100, 112))
+    manager.add_sequence("earlier", [*shared, 1])
+    manager.free_sequence("earlier")  # its 3 full blocks stay cached
+    scheduler = scheduler_cls(manager, max_batch_tokens=24, max_running=3)
+    fresh = Request(0, list(range(11)), SamplingParams())
+    hit = Request(1, [*shared, 7, 8], SamplingParams())  # 14 tokens, 12 of them cached
+    big = Request(2, list(range(50, 65)), SamplingParams())
+    tiny = Request(3, [5], SamplingParams())
+    for r in (fresh, hit, big, tiny):
+        scheduler.add(r)
+    plan = StepPlan(0, 24)
+    scheduler.admit_waiting(plan)
+    got = [(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]
+    _expect(
+        got == [(0, 0, 11, True), (1, 12, 2, True)],
+        f"budget 24 tokens: request 0 costs 11; request 1 has 14 tokens of which 12 are prefix "
+        f"hits, so it costs 2 (price a request with manager.num_prefix_hit_tokens); request 2 "
+        f"costs 15 and no longer fits, and request 3 must wait behind it. Expected chunks "
+        f"[(0, 0, 11, True), (1, 12, 2, True)] as (request, start, tokens, admitted), got "
+        f"{got}. A chunk starts at manager.num_cached_tokens(id).",
+    )
+    _expect(
+        scheduler.running == [fresh, hit] and list(scheduler.waiting) == [big, tiny],
+        "admitted requests move from the head of `waiting` to the end of `running`; the "
+        "rest stay waiting, in order.",
+    )
+    _expect(
+        hit.status is RequestStatus.RUNNING and big.status is RequestStatus.WAITING,
+        "set request.status to RequestStatus.RUNNING when you admit it.",
+    )
+    alone = scheduler_cls(KVCacheManager(12, 4), max_batch_tokens=8, max_running=3)
+    alone.add(Request(0, list(range(20)), SamplingParams()))
+    plan = StepPlan(0, 8)
+    alone.admit_waiting(plan)
+    _expect(
+        len(plan.chunks) == 1,
+        "a request costing more than the whole budget must still run, alone in an empty step; "
+        "otherwise it waits forever.",
+    )
+    full = scheduler_cls(KVCacheManager(3, 4), max_batch_tokens=64, max_running=3)
+    full.add(Request(0, list(range(20)), SamplingParams()))
+    plan = StepPlan(0, 64)
+    full.admit_waiting(plan)  # 5 blocks needed, 3 exist: OutOfBlocks must be caught
+    _expect(
+        not plan.chunks and len(full.waiting) == 1 and not len(full.manager),
+        "when add_sequence raises OutOfBlocks, stop admitting and leave the request waiting.",
+    )
+    _compare_traces(scheduler_cls, "admission")
+    _passed("admission")
+
+
+def check_preemption(scheduler_cls: type[Scheduler]) -> None:
+    """`scheduler_cls.preempt` frees the victim's blocks and queues it first for recompute."""
+    manager = KVCacheManager(16, 4)
+    scheduler = scheduler_cls(manager, max_batch_tokens=64, max_running=4)
+    requests = [Request(i, list(range(i * 10, i * 10 + 9)), SamplingParams()) for i in range(3)]
+    for r in requests:
+        scheduler.add(r)
+    Scheduler.admit_waiting(scheduler, StepPlan(0, 64))
+    for r in requests:
+        r.output.append(1)  # sampled, pending
+    waiting = Request(9, [3, 4], SamplingParams())
+    scheduler.add(waiting)
+    in_use = manager.pool.num_in_use
+    plan = StepPlan(5, 64)
+    victim = requests[2]
+    scheduler.preempt(victim, plan, "a test")
+    _expect(victim.request_id not in manager, "preempt must free the victim's sequence.")
+    _expect(
+        manager.pool.num_in_use == in_use - 3,
+        "the victim's 3 blocks must be released (manager.free_sequence does it).",
+    )
+    _expect(victim not in scheduler.running, "remove the victim from `running`.")
+    _expect(
+        list(scheduler.waiting) == [victim, waiting],
+        "put the victim at the *head* of `waiting` (appendleft): it was admitted before "
+        "the requests still waiting, and must not lose its turn.",
+    )
+    _expect(victim.status is RequestStatus.WAITING, "set the victim's status to WAITING.")
+    _expect(victim.num_preemptions == 1, "count it: request.num_preemptions += 1.")
+    _expect(
+        plan.preempted == [Preemption(5, 2, 10, "a test")],
+        "record Preemption(plan.step, request id, len(request.tokens), reason) in "
+        f"plan.preempted; got {plan.preempted}.",
+    )
+    _expect(victim.output == [1], "keep the output: recompute re-admits prompt + output.")
+    _compare_traces(scheduler_cls, "preemption")
+    _passed("preemption by recompute")

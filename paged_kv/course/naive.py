@@ -6,10 +6,14 @@ They work on small inputs; each one's docstring names the cost that makes it a f
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 
-from paged_kv.errors import InvalidBlock, OutOfBlocks, require_positive_int
+import torch
+import torch.nn.functional as F
+
+from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks, require_positive_int
 from paged_kv.eviction import EvictionPolicy
+from paged_kv.model import TinyLM
 
 FREE, USED = False, True
 
@@ -152,3 +156,47 @@ class LengthKeyedPrefixCache:
 
     def insert(self, token_ids: list[int], block_ids: list[int]) -> None:
         self.blocks_by_length[len(token_ids)] = list(block_ids)
+
+
+def generate_contiguous(
+    model: TinyLM, prompt: Sequence[int], max_new_tokens: int, reserve: int | None = None
+) -> list[int]:
+    """Greedy decoding of one request with a contiguous KV cache, as servers did before paging.
+
+    K/V of `reserve` tokens (default: prompt + new tokens) are allocated up front, whether the
+    request uses them or not, and no other request can use what it leaves empty.
+    """
+    config, n = model.config, len(prompt)
+    reserve = n + max_new_tokens if reserve is None else reserve
+    if reserve < n + max_new_tokens:
+        raise InvalidArgument(f"reserve ({reserve}) < prompt + new tokens ({n + max_new_tokens}).")
+    shape = (config.num_layers, reserve, config.num_kv_heads, config.head_dim)
+    keys = torch.zeros(shape, dtype=model.dtype, device=model.device)
+    values = torch.zeros_like(keys)
+
+    def attend_for(layer: int, start: int):
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            end = start + len(q)
+            keys[layer, start:end], values[layer, start:end] = k, v
+            seen = torch.arange(end, device=q.device)[None, :]
+            mask = seen <= torch.arange(start, end, device=q.device)[:, None]
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None],
+                keys[layer, :end].transpose(0, 1)[None],
+                values[layer, :end].transpose(0, 1)[None],
+                attn_mask=mask,
+                enable_gqa=True,
+            )
+            return out[0].transpose(0, 1)
+
+        return attend
+
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            start = len(tokens) - 1 if len(tokens) > n else 0
+            ids = torch.tensor(tokens[start:], device=model.device)
+            positions = torch.arange(start, len(tokens), device=model.device)
+            hidden = model.run_layers(ids, positions, lambda layer, s=start: attend_for(layer, s))
+            tokens.append(int(model.lm_head(model.norm(hidden[-1])).argmax()))
+    return tokens[n:]
