@@ -3,32 +3,41 @@
 Prints a table and writes bench/results/attention_cpu.json. Usage:
     python bench/bench_attention.py [--quick]
 For each batch x context point: K/V of every sequence sit in shuffled 16-token blocks; the
-paged torch reference reads them through block tables, SDPA reads the same values laid out
-contiguously ([batch, kv_heads, context, dim], SDPA with enable_gqa). Figures are the
-fastest of several runs; this machine's timings vary from run to run, so compare ratios.
+paged side reads them through block tables, SDPA reads the same values laid out contiguously
+([batch, kv_heads, context, dim], SDPA with enable_gqa). Paged is `paged_decode` (the C++
+kernel when it builds, column "path") and, for comparison, the torch reference. All three are
+timed in the same run, taking turns, and each figure is its fastest run; this machine's timings
+vary from run to run, so compare ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from results_file import write_results
 
-from paged_kv.attention import reference_decode
+from paged_kv.attention import cpu_decode, paged_decode, reference_decode
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm up
-    best = float("inf")
+def fastest(fns: dict[str, Callable[[], torch.Tensor]], repeats: int) -> dict[str, float]:
+    """Best wall time in ms of each function, running them in turn `repeats` times.
+
+    Taking turns spreads any background load over all of them alike.
+    """
+    best = dict.fromkeys(fns, float("inf"))
+    for fn in fns.values():
+        fn()  # warm up
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], (time.perf_counter() - start) * 1e3)
     return best
 
 
@@ -43,17 +52,21 @@ def point(batch: int, context: int, repeats: int) -> dict:
     # The same keys and values, contiguous: [batch, kv_heads, context, dim].
     k = k_cache[tables].reshape(batch, context, KV_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
     v = v_cache[tables].reshape(batch, context, KV_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-
-    def paged():
-        return reference_decode(q, k_cache, v_cache, tables, lens)
-
-    def dense():
-        return F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)[:, :, 0]
-
-    assert torch.allclose(paged(), dense(), atol=1e-4)
-    t_paged, t_dense = timed(paged, repeats), timed(dense, repeats)
-    return {"batch": batch, "context": context, "paged_ms": t_paged * 1e3,
-            "sdpa_ms": t_dense * 1e3, "ratio": t_paged / t_dense}  # fmt: skip
+    fns = {
+        "paged": lambda: paged_decode(q, k_cache, v_cache, tables, lens),
+        "reference": lambda: reference_decode(q, k_cache, v_cache, tables, lens),
+        "sdpa": lambda: F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)[
+            :, :, 0
+        ],
+    }
+    want = fns["sdpa"]()
+    assert all(torch.allclose(fn(), want, atol=1e-4) for fn in fns.values())
+    ms = fastest(fns, repeats)
+    path = "cpp" if cpu_decode.handles(q, k_cache, v_cache) else "reference"
+    return {"batch": batch, "context": context, "path": path, "paged_ms": ms["paged"],
+            "reference_ms": ms["reference"], "sdpa_ms": ms["sdpa"],
+            "ratio": ms["paged"] / ms["sdpa"],
+            "reference_ratio": ms["reference"] / ms["sdpa"]}  # fmt: skip
 
 
 def main() -> None:
@@ -62,14 +75,17 @@ def main() -> None:
     args = parser.parse_args()
     batches = [1, 8] if args.quick else [1, 4, 16]
     contexts = [256, 1024] if args.quick else [256, 1024, 4096]
-    repeats = 3 if args.quick else 5
+    repeats = 3 if args.quick else 9
     rows = []
-    print(f"{'batch':>5} {'context':>7} {'paged ms':>9} {'SDPA ms':>8} {'paged/SDPA':>10}")
+    print(f"{'batch':>5} {'context':>7} {'path':>9} {'paged ms':>9} {'SDPA ms':>8} "
+          f"{'paged/SDPA':>10} {'ref ms':>7} {'ref/SDPA':>8}")  # fmt: skip
     for b in batches:
         for c in contexts:
             r = point(b, c, repeats)
             rows.append(r)
-            print(f"{b:>5} {c:>7} {r['paged_ms']:>9.2f} {r['sdpa_ms']:>8.2f} {r['ratio']:>10.2f}")
+            print(f"{b:>5} {c:>7} {r['path']:>9} {r['paged_ms']:>9.2f} {r['sdpa_ms']:>8.2f} "
+                  f"{r['ratio']:>10.2f} {r['reference_ms']:>7.2f} "
+                  f"{r['reference_ratio']:>8.2f}")  # fmt: skip
     write_results(
         "attention_cpu",
         {

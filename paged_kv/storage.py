@@ -76,10 +76,9 @@ def gather_kv(
     the rest of the cache (even NaN) cannot reach the result.
     """
     blocks = block_table[: -(-num_tokens // k_cache.shape[1])].long()
-    rows = k_cache.shape[2:]
     return (
-        k_cache[blocks].reshape(-1, *rows)[:num_tokens],
-        v_cache[blocks].reshape(-1, *rows)[:num_tokens],
+        k_cache.index_select(0, blocks).flatten(0, 1)[:num_tokens],
+        v_cache.index_select(0, blocks).flatten(0, 1)[:num_tokens],
     )
 
 

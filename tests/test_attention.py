@@ -4,21 +4,22 @@ import pytest
 import torch
 
 from paged_kv import InvalidArgument, KVCacheManager
-from paged_kv.attention import paged_decode, paged_prefill, to_flashinfer
+from paged_kv.attention import paged_decode, paged_prefill, reference_decode, to_flashinfer
 from paged_kv.course.checks import dense_attention, random_paged_batch
 from paged_kv.storage import KVStorage
 
 
+@pytest.mark.parametrize("decode", [paged_decode, reference_decode])
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
-@pytest.mark.parametrize("group", [1, 2, 4, 8])
-def test_paged_decode_equals_dense_attention(block_size, group):
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_paged_decode_equals_dense_attention(decode, block_size, group):
     gen = torch.Generator().manual_seed(block_size * 10 + group)
     for _ in range(3):
         batch = int(torch.randint(1, 5, (1,), generator=gen))
         q, k_cache, v_cache, tables, lens, dense = random_paged_batch(
             gen, batch, block_size, 2, group, 16
         )
-        out = paged_decode(q, k_cache, v_cache, tables, lens)
+        out = decode(q, k_cache, v_cache, tables, lens)
         assert not out.isnan().any()
         for b, (k, v) in enumerate(dense):
             want = dense_attention(q[b : b + 1], k, v)[0]

@@ -1,7 +1,8 @@
 """Paged attention: attention that reads K/V through block tables, never made contiguous.
 
-`paged_decode` runs the Triton kernel on CUDA tensors when triton is installed, and the torch
-reference otherwise; `paged_prefill` handles new tokens attending to a cached prefix.
+`paged_decode` runs the Triton kernel on CUDA tensors when triton is installed, the C++ kernel
+on fp32 CPU tensors when it builds, and the torch reference otherwise; `paged_prefill` handles
+new tokens attending to a cached prefix.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import importlib.util
 
 import torch
 
+from paged_kv.attention.cpu_decode import cpu_paged_decode, handles
 from paged_kv.attention.flashinfer import to_flashinfer
 from paged_kv.attention.reference import paged_prefill, reference_decode
 
@@ -26,12 +28,15 @@ def paged_decode(
 ) -> torch.Tensor:
     """Decode attention for a batch: q [batch, q_heads, dim] -> [batch, q_heads, dim].
 
-    See `reference_decode` for the shapes; the Triton kernel is used on CUDA when available.
+    See `reference_decode` for the shapes; the Triton kernel is used on CUDA when available,
+    the C++ kernel (`cpu_decode`) for fp32 on CPU when it builds.
     """
     if q.is_cuda and HAS_TRITON:
         from paged_kv.attention.triton_decode import triton_paged_decode
 
         return triton_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    if handles(q, k_cache, v_cache):
+        return cpu_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
     return reference_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
 
 

@@ -1,4 +1,4 @@
-"""The torch reference of paged attention: gather a sequence's blocks, then attend (SDPA).
+"""The torch reference of paged attention: gather a sequence's blocks, then attend (matmuls).
 
 Runs on any device, computes in fp32, and is the oracle the kernels are tested against.
 Grouped-query attention: query head h reads KV head h // (num_q_heads // num_kv_heads).
@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from paged_kv.errors import InvalidArgument
 from paged_kv.storage import gather_kv
@@ -68,16 +67,21 @@ def _attend(
     scale: float | None,
     mask: torch.Tensor | None,
 ) -> torch.Tensor:
-    """softmax(q k^T * scale) v in fp32 with grouped KV heads; q [n, Hq, D], k/v [T, Hkv, D]."""
-    out = F.scaled_dot_product_attention(
-        q.float().transpose(0, 1)[None],
-        k.float().transpose(0, 1)[None],
-        v.float().transpose(0, 1)[None],
-        attn_mask=mask,
-        scale=scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
-        enable_gqa=True,
-    )
-    return out[0].transpose(0, 1)
+    """softmax(q k^T * scale) v in fp32 with grouped KV heads; q [n, Hq, D], k/v [T, Hkv, D].
+
+    Two batched matmuls, one per KV head: the rows are the n tokens x G query heads sharing it.
+    """
+    n, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    group = num_q_heads // num_kv_heads
+    rows = q.float().view(n, num_kv_heads, group, head_dim).transpose(0, 1)
+    rows = rows.reshape(num_kv_heads, n * group, head_dim)  # [Hkv, n*G, D]
+    scores = rows @ k.float().permute(1, 2, 0)  # [Hkv, n*G, T]
+    scores *= scale if scale is not None else 1 / math.sqrt(head_dim)
+    if mask is not None:
+        scores.masked_fill_(~mask.repeat_interleave(group, dim=0), float("-inf"))
+    out = scores.softmax(dim=-1) @ v.float().transpose(0, 1)  # [Hkv, n*G, D]
+    return out.view(num_kv_heads, n, group, head_dim).transpose(0, 1).reshape(q.shape)
 
 
 def _group(num_q_heads: int, num_kv_heads: int) -> int:

@@ -1,0 +1,83 @@
+"""The C++ CPU decode kernel against the float64 dense reference, and its fallbacks.
+
+Tables are shuffled and padded with -1, every unused cache slot holds NaN, and lengths are
+rarely multiples of the block size (see `random_paged_batch`). Skipped where it cannot build.
+"""
+
+import pytest
+import torch
+
+from paged_kv.attention import cpu_decode, paged_decode, reference_decode
+from paged_kv.course.checks import dense_attention, random_paged_batch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel():
+    if cpu_decode._kernel() is None:
+        pytest.skip("the C++ kernel did not build here (no compiler?)")
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 16])
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 7, 8, 12])
+@pytest.mark.parametrize("head_dim", [16, 128])
+def test_kernel_equals_dense_attention(block_size, group, head_dim):
+    gen = torch.Generator().manual_seed(block_size * 100 + group * 10 + head_dim)
+    q, k_cache, v_cache, tables, lens, dense = random_paged_batch(
+        gen, 5, block_size, 2, group, head_dim
+    )
+    assert cpu_decode.handles(q, k_cache, v_cache)
+    out = cpu_decode.cpu_paged_decode(q, k_cache, v_cache, tables, lens)
+    assert out.dtype == torch.float32 and not out.isnan().any()
+    for b, (k, v) in enumerate(dense):
+        want = dense_attention(q[b : b + 1], k, v)[0]
+        assert torch.allclose(out[b].double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_decode_uses_the_kernel_and_agrees_with_the_reference():
+    gen = torch.Generator().manual_seed(3)
+    q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 6, 16, 4, 4, 64)
+    out = paged_decode(q, k_cache, v_cache, tables, lens, scale=0.3)
+    assert torch.equal(out, cpu_decode.cpu_paged_decode(q, k_cache, v_cache, tables, lens, 0.3))
+    want = reference_decode(q, k_cache, v_cache, tables, lens, scale=0.3)
+    assert torch.allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_empty_sequence_gives_zeros_like_the_reference():
+    gen = torch.Generator().manual_seed(4)
+    q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 2, 4, 2, 2, 16)
+    lens[0] = 0
+    out = cpu_decode.cpu_paged_decode(q, k_cache, v_cache, tables, lens)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert torch.equal(reference_decode(q, k_cache, v_cache, tables, lens)[0], out[0])
+
+
+def test_bad_tables_and_lengths_raise_instead_of_reading_out_of_bounds():
+    q, cache = torch.zeros(1, 2, 16), torch.zeros(3, 4, 1, 16)
+    with pytest.raises(IndexError, match="block id 7 is not a block"):
+        cpu_decode.cpu_paged_decode(q, cache, cache, torch.tensor([[0, 7]]), torch.tensor([6]))
+    with pytest.raises(RuntimeError, match="tokens"):
+        cpu_decode.cpu_paged_decode(q, cache, cache, torch.tensor([[0, 1]]), torch.tensor([9]))
+
+
+def test_other_calls_go_to_the_reference():
+    cache = torch.zeros(3, 4, 1, 16)
+    q = torch.zeros(1, 2, 16)
+    assert not cpu_decode.handles(q.half(), cache.half(), cache.half())
+    assert not cpu_decode.handles(q[..., :8], cache[..., :8], cache[..., :8])  # head_dim 8
+    assert not cpu_decode.handles(q, cache.transpose(0, 1), cache.transpose(0, 1))
+    assert not cpu_decode.handles(q.requires_grad_(), cache, cache)
+
+
+def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
+    def no_compiler(**kwargs):
+        raise RuntimeError("Error building extension 'paged_kv_cpu_decode'")
+
+    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", no_compiler)
+    with pytest.warns(RuntimeWarning, match="did not build"):
+        assert cpu_decode._kernel.__wrapped__() is None
+    monkeypatch.setattr(cpu_decode, "_kernel", lambda: None)
+    gen = torch.Generator().manual_seed(5)
+    q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 2, 4, 2, 2, 16)
+    assert not cpu_decode.handles(q, k_cache, v_cache)
+    want = reference_decode(q, k_cache, v_cache, tables, lens)
+    assert torch.equal(paged_decode(q, k_cache, v_cache, tables, lens), want)
