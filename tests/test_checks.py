@@ -265,3 +265,17 @@ def test_admission_that_ignores_prefix_hits_is_caught():
 def test_preemption_that_requeues_at_the_back_is_caught():
     with pytest.raises(checks.CheckFailed, match="appendleft"):
         checks.check_preemption(_RequeuesAtTheBack)
+
+
+def test_serving_with_an_admission_that_skips_the_prefill_is_caught():
+    class SkipsPrefill(Scheduler):
+        def admit_waiting(self, plan):
+            super().admit_waiting(plan)
+            plan.chunks = [
+                ScheduledChunk(c.request, len(c.request.tokens) - 1, 1, c.admitted)
+                for c in plan.chunks
+            ]
+
+    checks.check_serves_like_dense(Scheduler)
+    with pytest.raises(checks.CheckFailed, match="cache-free greedy"):
+        checks.check_serves_like_dense(SkipsPrefill)

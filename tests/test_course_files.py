@@ -31,7 +31,7 @@ def test_every_solution_has_solution_regions_and_check_cells():
         regions = sum(c.source.count(make_exercises.BEGIN) for c in code)
         checks = [c for c in code if "check" in c.metadata.get("tags", [])]
         assert 2 <= len(checks) <= 4, f"{path.name}: {len(checks)} exercises"
-        assert regions >= len(checks) and all("checks.check_" in c.source for c in checks)
+        assert regions >= 2 and all("checks.check_" in c.source for c in checks)
 
 
 def test_stub_generation_keeps_hints_and_refuses_top_level_regions():

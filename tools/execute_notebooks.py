@@ -19,8 +19,14 @@ from notebook_headers import ROOT
 
 
 def execute(path: Path) -> float:
-    """Run `path` top to bottom in its own directory and save it with its outputs."""
+    """Run `path` top to bottom in its own directory and save it with its outputs.
+
+    Cells marked `# NBVAL_SKIP` (they need the network) are left unrun, as nbval leaves
+    them, and stored without outputs.
+    """
     nb = nbformat.read(path, as_version=4)
+    skipped = {i: cell for i, cell in enumerate(nb.cells) if is_skipped(cell)}
+    nb.cells = [cell for i, cell in enumerate(nb.cells) if i not in skipped]
     start = time.perf_counter()
     NotebookClient(
         nb,
@@ -30,8 +36,19 @@ def execute(path: Path) -> float:
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     seconds = time.perf_counter() - start
+    for i, cell in sorted(skipped.items()):
+        cell.outputs, cell.execution_count = [], None
+        nb.cells.insert(i, cell)
     nbformat.write(nb, path)
     return seconds
+
+
+def is_skipped(cell: nbformat.NotebookNode) -> bool:
+    """nbval's rule: a code cell with a line that is just the comment `# NBVAL_SKIP`."""
+    return cell.cell_type == "code" and any(
+        line.strip().startswith("#") and line.strip().lstrip("#").strip() == "NBVAL_SKIP"
+        for line in cell.source.splitlines()
+    )
 
 
 def main(paths: list[str]) -> None:

@@ -23,7 +23,7 @@ from paged_kv.block_table import slot_mapping as reference_slot_mapping
 from paged_kv.engine import Engine
 from paged_kv.errors import InvalidBlock, OutOfBlocks
 from paged_kv.manager import KVCacheManager
-from paged_kv.model import ModelConfig, TinyLM
+from paged_kv.model import ModelConfig, TinyLM, greedy_dense
 from paged_kv.scheduler import (
     Preemption,
     Request,
@@ -903,3 +903,23 @@ def check_preemption(scheduler_cls: type[Scheduler]) -> None:
     _expect(victim.output == [1], "keep the output: recompute re-admits prompt + output.")
     _compare_traces(scheduler_cls, "preemption")
     _passed("preemption by recompute")
+
+
+def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
+    """An engine with `scheduler_cls`, short of blocks, generates the cache-free greedy tokens."""
+    model = TinyLM(seed=0)
+    system = list(b"You are a terse assistant. Reply in one line.\n")
+    prompts = [system + list(q) for q in (b"What is paging?", b"Why blocks?", b"Who evicts?")]
+    engine = Engine(model, num_blocks=12, block_size=8, scheduler=scheduler_cls)
+    out = engine.generate(prompts, 24)
+    preemptions = len(engine.stats().preemptions)
+    for i, (completion, prompt) in enumerate(zip(out, prompts, strict=True)):
+        want = greedy_dense(model, prompt, 24)
+        _expect(
+            completion.token_ids == want,
+            f"request {i} generated {completion.token_ids}, but cache-free greedy decoding "
+            f"gives {want} ({preemptions} preemptions happened on the way). An admitted "
+            "request must compute every token from its prefix hits on, and a preempted one "
+            "keeps its output, so that prompt + output is recomputed.",
+        )
+    _passed(f"served like dense decoding, through {preemptions} preemptions")
