@@ -231,3 +231,16 @@ def test_any_budget_gives_the_dense_tokens(
     )
     out = engine.generate(prompts, new)
     assert [c.token_ids for c in out] == [greedy_dense(model(), p, new) for p in prompts]
+
+
+def test_the_demo_serves_requests_that_share_a_system_prompt(capsys):
+    from paged_kv.__main__ import main
+
+    main(["--requests", "3", "--new-tokens", "20", "--blocks", "8", "--eviction", "lfu"])
+    out = capsys.readouterr().out
+    assert "8 blocks of 16 tokens, lfu eviction" in out
+    summary = out.split("lfu eviction\n")[1]
+    rows = dict(line.strip().rsplit(maxsplit=1) for line in summary.splitlines())
+    assert int(rows["generated tokens"]) == 60
+    assert int(rows["prefill tokens saved (prefix hits)"]) > 0
+    assert int(rows["preemptions"]) > 0
