@@ -117,6 +117,15 @@ class StepPlan:
     def budget_left(self) -> int:
         return self.token_budget - self.num_tokens
 
+    def describe(self) -> str:
+        """One line: `id:n` per request computing n tokens (`*` marks a prefill), then who
+        was preempted."""
+        work = " ".join(
+            f"{c.request.request_id}:{c.num_tokens}{'*' if c.admitted else ''}" for c in self.chunks
+        )
+        preempted = ", ".join(str(p.request_id) for p in self.preempted)
+        return work + (f"; preempted {preempted}" if preempted else "")
+
 
 class Scheduler:
     """Waiting and running queues over one `KVCacheManager`, stepped by the engine.

@@ -2,7 +2,8 @@
 
 `render_pool_html` turns a `PoolSnapshot` into HTML (pure, so tests can read it);
 `BlockPoolView` shows a live pool or manager; `OperationStepper` replays a workload;
-`TraceReplayView` replays a block-access trace with each block's count as a heat colour.
+`TraceReplayView` replays a block-access trace with each block's count as a heat colour;
+`EngineReplayView` serves an engine's requests and steps through its pool.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Protocol
 
 import ipywidgets as widgets
 
+from paged_kv.engine import Engine
 from paged_kv.eviction import EvictionPolicy
 from paged_kv.manager import KVCacheManager
 from paged_kv.replay import Operation, replay
@@ -195,6 +197,31 @@ class TraceReplayView(_Stepper):
             f"{hits / k if k else 0:.0%}"
         )
         self.grid.value = render_cache_html(frame)
+
+
+class EngineReplayView(_Stepper):
+    """Run `engine` until its queued requests finish, keeping the pool after every step; then
+    step through what each step computed, who was preempted, and where the blocks went."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.snapshots = [engine.manager.snapshot()]
+        self.captions = [f"start: {len(engine.scheduler.waiting)} requests waiting"]
+        while engine.has_unfinished():
+            plan = engine.step()
+            record = engine.timeline[-1]
+            self.snapshots.append(engine.manager.snapshot())
+            self.captions.append(
+                f"computed {plan.describe()} — {record.running} running, {record.waiting} "
+                "waiting (id:n = n tokens, * = prefill)"
+            )
+        self.view = PoolGrid(self.snapshots[0])
+        super().__init__(len(self.snapshots), [self.view])
+        self.add_class("paged-kv-engine")
+
+    def _show(self, k: int) -> None:
+        last = len(self.snapshots) - 1
+        self.caption.value = f"<b>step {k}/{last}</b>: {html.escape(self.captions[k], quote=False)}"
+        self.view.show(self.snapshots[k])
 
 
 def render_cache_html(frame: CacheFrame) -> str:

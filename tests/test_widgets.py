@@ -105,3 +105,27 @@ def test_trace_replay_view_shows_keys_counts_and_hits():
     view.slider.value = 6  # 4 evicts 3 (count 1, least recent), not 1 (count 3)
     keys = re.findall(r'data-key="(\d*)"', view.grid.value)
     assert sorted(keys) == ["1", "4"] and "outline:3px dashed" in view.grid.value
+
+
+def test_engine_replay_view_steps_through_the_pool_of_a_served_run():
+    from paged_kv.engine import Engine
+    from paged_kv.model import TinyLM
+    from paged_kv.scheduler import SamplingParams
+    from paged_kv.widgets import EngineReplayView
+
+    engine = Engine(TinyLM(seed=0), num_blocks=8, block_size=4, max_running=3)
+    for prompt in ("a shared prefix: one", "a shared prefix: two", "x"):
+        engine.add_request(prompt, SamplingParams(6))
+    view = EngineReplayView(engine)
+    assert not engine.has_unfinished()
+    assert len(view.snapshots) == engine.stats().steps + 1
+    assert "3 requests waiting" in view.caption.value
+    view.step()
+    assert "computed 0:20* 1:4* 2:1*" in view.caption.value  # 1 hit 0's first 16 tokens
+    assert "shared" in states_in(view.view.grid.value)
+    seen = []
+    while view.position < len(view.snapshots) - 1:
+        view.step()
+        seen.append(view.caption.value)
+    assert any("preempted" in caption for caption in seen)
+    assert "in_use" not in states_in(view.view.grid.value)  # all finished, blocks released
