@@ -33,6 +33,45 @@ def test_kernel_equals_dense_attention(block_size, group, head_dim):
         assert torch.allclose(out[b].double(), want, rtol=1e-5, atol=1e-5)
 
 
+def long_paged_batch(gen, lens, block_size, kv_heads, group, head_dim):
+    """Like `random_paged_batch`, for given lengths: shuffled blocks, NaN in unused slots."""
+    counts = [-(-n // block_size) for n in lens]
+    order = torch.randperm(sum(counts) + 2, generator=gen).tolist()
+    shape = (len(order), block_size, kv_heads, head_dim)
+    k_cache, v_cache = torch.full(shape, float("nan")), torch.full(shape, float("nan"))
+    tables = torch.full((len(lens), max(counts)), -1)
+    dense = []
+    for b, (n, count) in enumerate(zip(lens, counts, strict=True)):
+        tables[b, :count] = torch.tensor([order.pop() for _ in range(count)], dtype=torch.int64)
+        k, v = torch.randn(2, n, kv_heads, head_dim, generator=gen)
+        slots = tables[b].repeat_interleave(block_size)[:n], torch.arange(n) % block_size
+        k_cache[slots], v_cache[slots] = k, v
+        dense.append((k, v))
+    q = 4 * torch.randn(len(lens), kv_heads * group, head_dim, generator=gen)  # peaky softmax
+    return q, k_cache, v_cache, tables, torch.tensor(lens), dense
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block_size", [5, 16])
+def test_long_sequences_split_into_pieces_merge_exactly(threads, block_size):
+    # 1000 tokens is cut into 3 or more pieces at 1 or 2 threads, 333 into 1 or 2; an empty
+    # sequence and a 2-token one sit beside them.
+    gen = torch.Generator().manual_seed(block_size)
+    q, k_cache, v_cache, tables, lens, dense = long_paged_batch(
+        gen, [1000, 0, 333, 2], block_size, 2, 3, 16
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = cpu_decode.cpu_paged_decode(q, k_cache, v_cache, tables, lens)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    for b in (0, 2, 3):
+        want = dense_attention(q[b : b + 1], *dense[b])[0]
+        assert torch.allclose(out[b].double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_paged_decode_uses_the_kernel_and_agrees_with_the_reference():
     gen = torch.Generator().manual_seed(3)
     q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 6, 16, 4, 4, 64)
