@@ -44,7 +44,7 @@ class Completion:
 @dataclass(frozen=True)
 class StepRecord:
     """One step, for plots: engine time when it began, the queues and blocks while it ran,
-    and the tokens it computed."""
+    the tokens it computed and the tokens it generated (one per scheduled request)."""
 
     step: int
     time_s: float
@@ -52,6 +52,7 @@ class StepRecord:
     waiting: int
     prefill_tokens: int
     decode_tokens: int
+    generated_tokens: int
     blocks_in_use: int
     blocks_cached: int
     preemptions: int
@@ -324,6 +325,7 @@ class Engine:
                 len(self.scheduler.waiting),
                 prefill,
                 decode,
+                len(plan.chunks),
                 usage.num_in_use_blocks,
                 usage.num_cached_blocks,
                 len(plan.preempted),

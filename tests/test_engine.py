@@ -83,7 +83,11 @@ def test_continuous_batching_admits_new_requests_while_others_decode():
         assert plan.num_tokens <= 64 or len(plan.chunks) == 1
     assert mixed > 0
     assert [engine.completion(i).token_ids for i in ids] == expected
-    assert len(engine.timeline) == engine.stats().steps
+    stats = engine.stats()
+    assert len(engine.timeline) == stats.steps
+    assert sum(r.generated_tokens for r in engine.timeline) == stats.generated_tokens
+    assert sum(r.prefill_tokens for r in engine.timeline) == stats.prefill_tokens_computed
+    assert [r.time_s for r in engine.timeline] == sorted(r.time_s for r in engine.timeline)
 
 
 def test_every_step_respects_the_running_cap():
