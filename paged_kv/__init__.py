@@ -1,7 +1,8 @@
 """paged_kv: the KV-cache manager of an LLM server, built chapter by chapter.
 
-Import the pieces from here: `BlockPool`, `KVCacheManager`, the errors, and the views in
-`paged_kv.widgets`.
+Import the pieces from here: `BlockPool`, `KVCacheManager`, the errors; the views are in
+`paged_kv.widgets`, the attention op in `paged_kv.attention`, the serving engine and its model in
+`paged_kv.engine` and `paged_kv.model`.
 """
 
 from paged_kv.block_pool import BlockPool, BlockState
