@@ -279,3 +279,24 @@ def test_serving_with_an_admission_that_skips_the_prefill_is_caught():
     checks.check_serves_like_dense(Scheduler)
     with pytest.raises(checks.CheckFailed, match="cache-free greedy"):
         checks.check_serves_like_dense(SkipsPrefill)
+
+
+def test_admission_that_lets_out_of_blocks_escape_is_caught():
+    class Uncaught(Scheduler):
+        def admit_waiting(self, plan):
+            while self.waiting and len(self.running) < self.max_running:
+                request = self.waiting[0]
+                cost = len(request.tokens) - self.manager.num_prefix_hit_tokens(request.tokens)
+                if cost > plan.budget_left and plan.chunks:
+                    return
+                self.manager.add_sequence(request.request_id, request.tokens)
+                self.waiting.popleft()
+                request.status = RequestStatus.RUNNING
+                self.running.append(request)
+                hits = request.num_cached_tokens = self.manager.num_cached_tokens(
+                    request.request_id
+                )
+                plan.chunks.append(ScheduledChunk(request, hits, len(request.tokens) - hits, True))
+
+    with pytest.raises(checks.CheckFailed, match="OutOfBlocks escape"):
+        checks.check_admission(Uncaught)

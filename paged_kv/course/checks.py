@@ -845,6 +845,10 @@ def check_admission(scheduler_cls: type[Scheduler]) -> None:
         hit.status is RequestStatus.RUNNING and big.status is RequestStatus.WAITING,
         "set request.status to RequestStatus.RUNNING when you admit it.",
     )
+    _expect(
+        hit.num_cached_tokens == 12 and fresh.num_cached_tokens == 0,
+        "set request.num_cached_tokens to manager.num_cached_tokens(request_id) on admission.",
+    )
     alone = scheduler_cls(KVCacheManager(12, 4), max_batch_tokens=8, max_running=3)
     alone.add(Request(0, list(range(20)), SamplingParams()))
     plan = StepPlan(0, 8)
@@ -857,7 +861,13 @@ def check_admission(scheduler_cls: type[Scheduler]) -> None:
     full = scheduler_cls(KVCacheManager(3, 4), max_batch_tokens=64, max_running=3)
     full.add(Request(0, list(range(20)), SamplingParams()))
     plan = StepPlan(0, 64)
-    full.admit_waiting(plan)  # 5 blocks needed, 3 exist: OutOfBlocks must be caught
+    try:
+        full.admit_waiting(plan)  # 5 blocks needed, 3 exist
+    except OutOfBlocks as err:
+        raise CheckFailed(
+            "admit_waiting let OutOfBlocks escape; catch it around add_sequence and stop "
+            "admitting (nothing changed, the request waits for blocks to be freed)."
+        ) from err
     _expect(
         not plan.chunks and len(full.waiting) == 1 and not len(full.manager),
         "when add_sequence raises OutOfBlocks, stop admitting and leave the request waiting.",
