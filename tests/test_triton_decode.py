@@ -58,13 +58,21 @@ def test_split_rule_fills_the_device_but_keeps_slices_long():
     assert num_splits(batch=1, num_kv_heads=8, max_len=200, target_programs=528) == 1
 
 
+def test_fp32_caches_get_exact_dots_and_half_precision_ones_tensor_cores():
+    from paged_kv.attention.triton_decode import dot_precision
+
+    assert dot_precision(torch.float32) == "ieee"
+    assert dot_precision(torch.float16) == dot_precision(torch.bfloat16) == "tf32"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_dispatch_uses_the_kernel_and_matches_the_reference():
+@pytest.mark.parametrize("dtype, atol", [(torch.float16, 2e-3), (torch.float32, 1e-5)])
+def test_cuda_dispatch_uses_the_kernel_and_matches_the_reference(dtype, atol):
     from paged_kv.attention import paged_decode, reference_decode
     from paged_kv.course.checks import random_paged_batch
 
     gen = torch.Generator().manual_seed(2)
-    q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 4, 16, 8, 4, 128, torch.float16)
+    q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 4, 16, 8, 4, 128, dtype)
     args = [t.cuda() for t in (q, k_cache, v_cache, tables, lens)]
-    assert torch.allclose(paged_decode(*args).float(), reference_decode(*args).float(), atol=2e-3)
+    assert torch.allclose(paged_decode(*args).float(), reference_decode(*args).float(), atol=atol)

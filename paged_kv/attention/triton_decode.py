@@ -31,6 +31,7 @@ def _partial_kernel(
     stride_lb, stride_lh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SPLIT_LEN: tl.constexpr, TILE_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -57,13 +58,13 @@ def _partial_kernel(
         row = block * stride_kn + (pos % BLOCK_SIZE) * stride_kt + kv_head * stride_kh
         k = tl.load(k_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
         v = tl.load(v_ptr + row[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k.to(tl.float32))) * scale
+        scores = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision=DOT_PRECISION) * scale
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)  # noqa: E741
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision=DOT_PRECISION)
         m = m_new
 
     empty = l == 0.0  # a slice past the end of the sequence contributes nothing
@@ -75,6 +76,12 @@ def _partial_kernel(
         out, mask=mask_g[:, None],
     )  # fmt: skip
     tl.store(lse_ptr + b * stride_lb + heads * stride_lh + split, lse, mask=mask_g)
+
+
+def dot_precision(cache_dtype: torch.dtype) -> str:
+    """How `tl.dot` multiplies: exact fp32 ("ieee") for an fp32 cache, whose users expect
+    fp32 accuracy; TF32 tensor cores otherwise, which hold fp16/bf16 inputs exactly."""
+    return "ieee" if cache_dtype == torch.float32 else "tf32"
 
 
 def num_splits(batch: int, num_kv_heads: int, max_len: int, target_programs: int) -> int:
@@ -122,5 +129,6 @@ def triton_paged_decode(
         lse.stride(0), lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         BLOCK_SIZE=block_size, SPLIT_LEN=split_len, TILE_N=TILE,
+        DOT_PRECISION=dot_precision(k_cache.dtype),
     )  # fmt: skip
     return merge_partials(out, lse).to(q.dtype)
