@@ -6,6 +6,7 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,14 @@ from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.eviction import EvictionPolicy
 from paged_kv.manager import KVCacheManager
 from paged_kv.model import ForwardBatch, SeqChunk, TinyLM
-from paged_kv.scheduler import Preemption, Request, SamplingParams, Scheduler, StepPlan
+from paged_kv.scheduler import (
+    Preemption,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    StepPlan,
+)
 from paged_kv.tokenizer import ByteTokenizer
 
 
@@ -224,8 +232,10 @@ class Engine:
 
     def completion(self, request_id: int) -> Completion:
         """The result of a finished request."""
-        request = self.requests[request_id]
-        if not request.is_done:
+        request = self.requests.get(request_id)
+        if request is None:
+            raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
+        if request.status is not RequestStatus.FINISHED:
             raise InvalidArgument(f"request {request_id} has not finished; step the engine on.")
         return Completion(
             request_id,
@@ -251,12 +261,10 @@ class Engine:
     ) -> Request:
         if isinstance(prompt, str) and self.tokenizer is None:
             raise InvalidArgument("this engine has no tokenizer: pass token ids, or tokenizer=.")
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        vocab = self.model.config.vocab_size
-        if not ids:
+        tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not tokens:
             raise InvalidArgument("the prompt is empty; give at least one token.")
-        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in ids):
-            raise InvalidArgument(f"prompt tokens must be ints in 0..{vocab - 1}.")
+        ids = _token_ids(tokens, self.model.config.vocab_size)
         capacity = self.manager.pool.num_blocks
         need = blocks_needed(len(ids) + params.max_new_tokens, self.manager.block_size)
         if need > capacity:
@@ -331,3 +339,19 @@ class Engine:
                 len(plan.preempted),
             )
         )
+
+
+def _token_ids(values: Sequence[object], vocab_size: int) -> list[int]:
+    """The prompt as plain ints (numpy and torch integers welcome), each a token of the model."""
+    ids = []
+    for t in values:
+        try:
+            value = -1 if isinstance(t, bool) else operator.index(t)
+        except TypeError:
+            value = -1
+        if not 0 <= value < vocab_size:
+            raise InvalidArgument(
+                f"prompt tokens must be ints in 0..{vocab_size - 1}; found {t!r}."
+            )
+        ids.append(value)
+    return ids

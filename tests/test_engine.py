@@ -150,6 +150,8 @@ def test_text_prompts_go_through_the_tokenizer():
         ([], SamplingParams(4), "empty"),
         ("", SamplingParams(4), "empty"),
         ([1, 2, 256], SamplingParams(4), "0..255"),
+        ([1, True, 3], SamplingParams(4), "found True"),
+        ([1, 2.0], SamplingParams(4), "found 2.0"),
         ([1] * 60, SamplingParams(40), "whole cache has 6"),
     ],
 )
@@ -179,6 +181,22 @@ def test_generate_checks_every_prompt_before_queueing_any():
     with pytest.raises(InvalidArgument):
         engine.generate(["fine", ""], 3)
     assert not engine.requests and not engine.has_unfinished()
+
+
+def test_numpy_and_torch_integers_are_token_ids():
+    import numpy as np
+    import torch
+
+    engine = Engine(model(), num_blocks=20)
+    prompts = [np.array([104, 105]), torch.tensor([104, 105]), [np.int64(104), 105]]
+    out = engine.generate(prompts, 3)
+    assert [c.prompt_ids for c in out] == [[104, 105]] * 3
+    assert len({tuple(c.token_ids) for c in out}) == 1
+
+
+def test_asking_for_an_unknown_request_says_so():
+    with pytest.raises(InvalidArgument, match="no request 7"):
+        Engine(model(), num_blocks=10).completion(7)
 
 
 def test_a_completion_is_only_ready_when_finished():
