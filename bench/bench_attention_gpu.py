@@ -2,10 +2,11 @@
 
 Run on a CUDA machine: `python bench/bench_attention_gpu.py` (writes
 bench/results/attention_gpu.json). It first checks the kernel against the torch reference, then
-measures: effective bandwidth of the kernel (bytes of K/V it must read / time) as a share of a
-device-to-device copy's bandwidth; paged decode against SDPA on the same K/V laid out
-contiguously; and the split-K speedup at batch 1 with a 32k context. `--smoke` runs tiny
-shapes (on CPU under TRITON_INTERPRET=1) to check the script itself.
+checks that the serving engine on this device generates the tokens of cache-free decoding (fp32,
+through the kernel), then measures: effective bandwidth of the kernel (bytes of K/V it must read
+/ time) as a share of a device-to-device copy's bandwidth; paged decode against SDPA on the same
+K/V laid out contiguously; and the split-K speedup at batch 1 with a 32k context. `--smoke` runs
+tiny shapes (on CPU under TRITON_INTERPRET=1) to check the script itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from results_file import write_results
 
 from paged_kv.attention import reference_decode
 from paged_kv.attention.triton_decode import triton_paged_decode
+from paged_kv.engine import Engine
+from paged_kv.model import TinyLM, greedy_dense
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
 
@@ -65,6 +68,23 @@ def make_batch(batch: int, context: int, device: str, dtype: torch.dtype):
     return q, k_cache, v_cache, tables, lens
 
 
+def kernel_error(device: str, dtype: torch.dtype) -> float:
+    """Largest difference between the kernel and the torch reference on a small batch."""
+    q, kc, vc, tables, lens = make_batch(3, 1024, device, dtype)
+    out = triton_paged_decode(q, kc, vc, tables, lens).float()
+    return (out - reference_decode(q, kc, vc, tables, lens).float()).abs().max().item()
+
+
+def engine_matches_dense(device: str) -> bool:
+    """The tiny fp32 model served by the engine (preempting in 12 blocks) on `device` gives
+    the greedy tokens of decoding without any cache."""
+    model = TinyLM(seed=0).to(device)
+    prompts = [list(range(10 + i, 40 + 3 * i)) for i in range(4)]
+    engine = Engine(model, num_blocks=12, block_size=16)
+    out = engine.generate(prompts, 16)
+    return [c.token_ids for c in out] == [greedy_dense(model, p, 16) for p in prompts]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny shapes; CPU is fine")
@@ -78,18 +98,12 @@ def main() -> None:
     long_context = 32_768 if not args.smoke else 256
 
     # 1. Correctness first.
-    q, kc, vc, tables, lens = make_batch(3, grid[0][1], device, dtype)
-    err = (
-        (
-            triton_paged_decode(q, kc, vc, tables, lens).float()
-            - reference_decode(q, kc, vc, tables, lens).float()
-        )
-        .abs()
-        .max()
-        .item()
-    )
-    assert err < (2e-2 if dtype == torch.float16 else 1e-4), err
-    print(f"kernel vs reference: max abs difference {err:.1e}")
+    errors = {str(t): kernel_error(device, t) for t in {dtype, torch.float32}}
+    assert errors[str(dtype)] < (2e-2 if dtype == torch.float16 else 1e-4), errors
+    assert errors[str(torch.float32)] < 1e-5, errors  # fp32 caches get exact fp32 dots
+    print(f"kernel vs reference, max abs difference: {errors}")
+    engine_ok = engine_matches_dense(device)
+    print(f"engine on {device} gives the dense greedy tokens: {engine_ok}")
 
     # 2. Copy bandwidth of this device, the ceiling for a kernel that reads K and V once.
     big = torch.empty(256 * 2**20 if not args.smoke else 2**20, dtype=torch.uint8, device=device)
@@ -153,6 +167,8 @@ def main() -> None:
         {
             "device": torch.cuda.get_device_name(),
             "dtype": str(dtype),
+            "kernel_max_abs_error": errors,
+            "engine_matches_dense": engine_ok,
             "copy_gb_s": copy_gbs,
             "rows": rows,
             "split_k": {
@@ -163,6 +179,9 @@ def main() -> None:
             },
         },
     )
+
+    if not engine_ok:
+        sys.exit("the engine's tokens differ from dense decoding on this device (see above)")
 
 
 if __name__ == "__main__":
