@@ -234,20 +234,14 @@ def test_the_library_scheduler_passes_the_engine_checks():
 
 
 class _PricesHitsAsComputed(Scheduler):
+    """The library's admission, but blind to prefix hits: every prompt costs all its tokens."""
+
     def admit_waiting(self, plan):
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            if len(request.tokens) > plan.budget_left and plan.chunks:
-                return
-            try:
-                self.manager.add_sequence(request.request_id, request.tokens)
-            except OutOfBlocks:
-                return
-            self.waiting.popleft()
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            hits = self.manager.num_cached_tokens(request.request_id)
-            plan.chunks.append(ScheduledChunk(request, hits, len(request.tokens) - hits, True))
+        self.manager.num_prefix_hit_tokens = lambda tokens, **keys: 0  # shadows the method
+        try:
+            super().admit_waiting(plan)
+        finally:
+            del self.manager.num_prefix_hit_tokens
 
 
 class _RequeuesAtTheBack(Scheduler):

@@ -770,7 +770,7 @@ def _small_model() -> TinyLM:
     return TinyLM(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1), seed=0)
 
 
-def engine_trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any], list[list[int]]]:
+def _engine_trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any], list[list[int]]]:
     """Serve a random small workload under tight budgets with `scheduler_cls`; return what
     every step computed and preempted, and each request's tokens."""
     rng = random.Random(seed)
@@ -797,8 +797,8 @@ def engine_trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any], 
 
 def _compare_traces(scheduler_cls: type[Scheduler], what: str) -> None:
     for seed in range(6):
-        theirs, their_tokens = engine_trace(scheduler_cls, seed)
-        ours, our_tokens = engine_trace(Scheduler, seed)
+        theirs, their_tokens = _engine_trace(scheduler_cls, seed)
+        ours, our_tokens = _engine_trace(Scheduler, seed)
         for step, (mine, want) in enumerate(zip(theirs, ours, strict=False)):
             _expect(
                 mine == want,
