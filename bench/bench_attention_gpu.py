@@ -24,8 +24,8 @@ from results_file import write_results
 
 from paged_kv.attention import reference_decode
 from paged_kv.attention.triton_decode import triton_paged_decode
-from paged_kv.engine import Engine
-from paged_kv.model import TinyLM, greedy_dense
+from paged_kv.serving.engine import Engine
+from paged_kv.serving.model import TinyLM, greedy_dense
 
 Q_HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
 

@@ -22,9 +22,9 @@ import time
 from results_file import write_results
 
 from paged_kv.course.naive import generate_contiguous
-from paged_kv.engine import Engine
-from paged_kv.model import TinyLM
-from paged_kv.scheduler import SamplingParams
+from paged_kv.serving.engine import Engine
+from paged_kv.serving.model import TinyLM
+from paged_kv.serving.scheduler import SamplingParams
 
 BLOCK = 16
 CONTEXT = 256  # the longest sequence the contiguous server must be ready for

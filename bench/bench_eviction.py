@@ -20,10 +20,10 @@ from itertools import count
 import numpy as np
 from results_file import write_results
 
+from paged_kv.cache.eviction import POLICIES, make_policy
 from paged_kv.course.naive import HeapLFU
-from paged_kv.eviction import POLICIES, make_policy
-from paged_kv.simulate import belady_hits, replay_trace
-from paged_kv.workloads import WORKLOADS
+from paged_kv.study.trace_replay import belady_hits, replay_trace
+from paged_kv.study.workloads import WORKLOADS
 
 SIZES = [1_000, 10_000, 100_000, 1_000_000]
 NAMES = [*POLICIES, "heap-lfu (seed)"]

@@ -16,10 +16,10 @@ import time
 from results_file import write_results
 
 from paged_kv import KVCacheManager
-from paged_kv.eviction import POLICIES
-from paged_kv.hashing import block_hashes
-from paged_kv.simulate import replay_requests
-from paged_kv.workloads import chat_sessions
+from paged_kv.cache.eviction import POLICIES
+from paged_kv.cache.hashing import block_hashes
+from paged_kv.study.trace_replay import replay_requests
+from paged_kv.study.workloads import chat_sessions
 
 PROMPTS = [128, 512, 2048, 8192]
 POOLS = [10_000, 100_000, 1_000_000]

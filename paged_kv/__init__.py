@@ -1,11 +1,30 @@
 """paged_kv: the KV-cache manager of an LLM server, built chapter by chapter.
 
-Import the pieces from here: `BlockPool`, `KVCacheManager`, the errors; the views are in
-`paged_kv.widgets`, the attention op in `paged_kv.attention`, the serving engine and its model in
-`paged_kv.engine` and `paged_kv.model`.
+The core names import from here. Each layer is a subpackage that exports its own names:
+`paged_kv.cache` (pool, eviction, prefix caching, manager), `paged_kv.attention` (KV storage
+and paged-attention kernels), `paged_kv.serving` (model, scheduler, engine), `paged_kv.study`
+(simulators and workloads), `paged_kv.widgets` (views) and `paged_kv.course` (exercise checks).
+Names that need torch (`Engine`, `TinyLM`, `paged_decode`, ...) load on first use.
 """
 
-from paged_kv.block_pool import BlockPool, BlockState
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from paged_kv.cache import (
+    FIFO,
+    LFU,
+    LRU,
+    AgingLFU,
+    BlockInfo,
+    BlockPool,
+    BlockState,
+    EvictionPolicy,
+    KVCacheManager,
+    PoolSnapshot,
+    UsageStats,
+)
 from paged_kv.errors import (
     CacheBusy,
     DuplicateSequence,
@@ -15,24 +34,53 @@ from paged_kv.errors import (
     PagedKVError,
     UnknownSequence,
 )
-from paged_kv.manager import KVCacheManager, UsageStats
-from paged_kv.snapshot import BlockInfo, PoolSnapshot
 
 __version__ = "0.1.0"
 
+# Core names whose modules import torch: loaded when first asked for, so the cache chapters
+# start fast.
+_TORCH_NAMES = {
+    "Engine": "paged_kv.serving",
+    "SamplingParams": "paged_kv.serving",
+    "TinyLM": "paged_kv.serving",
+    "ModelConfig": "paged_kv.serving",
+    "KVStorage": "paged_kv.attention",
+    "paged_decode": "paged_kv.attention",
+    "paged_prefill": "paged_kv.attention",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_NAMES:
+        return getattr(importlib.import_module(_TORCH_NAMES[name]), name)
+    raise AttributeError(f"module 'paged_kv' has no attribute {name!r}")
+
+
 __all__ = [
+    "FIFO",
+    "LFU",
+    "LRU",
+    "AgingLFU",
     "BlockInfo",
     "BlockPool",
     "BlockState",
     "CacheBusy",
     "DuplicateSequence",
+    "Engine",
+    "EvictionPolicy",
     "InvalidArgument",
     "InvalidBlock",
     "KVCacheManager",
+    "KVStorage",
+    "ModelConfig",
     "OutOfBlocks",
     "PagedKVError",
     "PoolSnapshot",
+    "SamplingParams",
+    "TinyLM",
     "UnknownSequence",
     "UsageStats",
     "__version__",
+    "paged_decode",
+    "paged_prefill",
 ]

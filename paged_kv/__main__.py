@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from paged_kv.engine import Engine
-from paged_kv.eviction import POLICIES
-from paged_kv.model import TinyLM
+from paged_kv.cache.eviction import POLICIES
+from paged_kv.serving.engine import Engine
+from paged_kv.serving.model import TinyLM
 
 SYSTEM_PROMPT = "You are a patient teacher. Answer in one short paragraph.\n"
 QUESTIONS = [

@@ -5,8 +5,8 @@ import torch
 
 from paged_kv import InvalidArgument, KVCacheManager
 from paged_kv.attention import paged_decode, paged_prefill, reference_decode, to_flashinfer
-from paged_kv.course.checks import dense_attention, random_paged_batch
-from paged_kv.storage import KVStorage
+from paged_kv.attention.storage import KVStorage
+from paged_kv.attention.testing import dense_attention, random_paged_batch
 
 
 @pytest.mark.parametrize("decode", [paged_decode, reference_decode])
@@ -159,8 +159,8 @@ def test_log_sum_exp_merge_of_slices_equals_one_softmax():
 
 def test_library_passes_the_attention_checks():
     from paged_kv.attention.reference import merge_partials
+    from paged_kv.attention.storage import write_kv
     from paged_kv.course import checks
-    from paged_kv.storage import write_kv
 
     checks.check_paged_decode(paged_decode)
     checks.check_lse_merge(merge_partials)

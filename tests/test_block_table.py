@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paged_kv import BlockPool, InvalidArgument, OutOfBlocks
-from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
+from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.course import checks
 
 

@@ -39,7 +39,7 @@ CHROMIUM_FLAGS = [
 
 VIEW_CELL = """\
 from paged_kv import KVCacheManager
-from paged_kv.replay import decode_workload
+from paged_kv.study.operations import decode_workload
 from paged_kv.widgets import BlockPoolView, OperationStepper
 
 manager = KVCacheManager(16, 4, blocks_per_page=4, allocation="pack_pages")

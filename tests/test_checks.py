@@ -3,9 +3,9 @@
 import pytest
 
 from paged_kv import BlockPool, OutOfBlocks
-from paged_kv.block_table import blocks_needed, grow_block_table, slot_mapping
+from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.course import checks
-from paged_kv.scheduler import RequestStatus, ScheduledChunk, Scheduler
+from paged_kv.serving.scheduler import RequestStatus, ScheduledChunk, Scheduler
 
 
 class LeakyPool(BlockPool):
@@ -123,7 +123,7 @@ def test_library_passes_every_check():
 
 
 def test_library_policies_pass_the_eviction_checks():
-    from paged_kv.eviction import FIFO, LFU, LRU, AgingLFU
+    from paged_kv.cache.eviction import FIFO, LFU, LRU, AgingLFU
 
     checks.check_lfu(LFU)
     checks.check_aging(AgingLFU)
@@ -139,7 +139,7 @@ def test_the_seed_heap_lfu_fails_the_size_bound():
 
 
 def test_lfu_with_the_wrong_tie_break_is_caught():
-    from paged_kv.eviction import LFU
+    from paged_kv.cache.eviction import LFU
 
     class MostRecentFirst(LFU):
         def evict(self):
@@ -153,7 +153,7 @@ def test_lfu_with_the_wrong_tie_break_is_caught():
 
 
 def test_plain_lfu_is_not_aging():
-    from paged_kv.eviction import LFU
+    from paged_kv.cache.eviction import LFU
 
     class NotAging(LFU):
         def __init__(self, window=4096):
@@ -164,7 +164,7 @@ def test_plain_lfu_is_not_aging():
 
 
 def test_a_policy_that_evicts_blocks_in_use_breaks_the_contract():
-    from paged_kv.eviction import LRU
+    from paged_kv.cache.eviction import LRU
 
     class Reckless(LRU):
         def revive(self, block_id):
@@ -185,8 +185,8 @@ def library_share_cached_prefix(pool, cache, hashes, num_prompt_tokens):
 
 
 def test_library_passes_the_prefix_caching_checks():
-    from paged_kv.block_table import copy_on_write
-    from paged_kv.hashing import block_hashes
+    from paged_kv.cache.block_table import copy_on_write
+    from paged_kv.cache.hashing import block_hashes
 
     checks.check_chained_hash(block_hashes)
     checks.check_share_cached_prefix(library_share_cached_prefix)

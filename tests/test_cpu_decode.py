@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from paged_kv.attention import cpu_decode, paged_decode, reference_decode
-from paged_kv.course.checks import dense_attention, random_paged_batch
+from paged_kv.attention.testing import dense_attention, random_paged_batch
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, PagedKVError
-from paged_kv.engine import Engine
-from paged_kv.eviction import POLICIES
-from paged_kv.model import TinyLM, greedy_dense
-from paged_kv.scheduler import RequestStatus, SamplingParams, Scheduler
+from paged_kv.cache.eviction import POLICIES
+from paged_kv.serving.engine import Engine
+from paged_kv.serving.model import TinyLM, greedy_dense
+from paged_kv.serving.scheduler import RequestStatus, SamplingParams, Scheduler
 
 NEW_TOKENS = 12
 

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, InvalidBlock
+from paged_kv.cache.eviction import FIFO, LFU, LRU, POLICIES, AgingLFU, EvictionPolicy, make_policy
 from paged_kv.course.naive import HeapLFU
-from paged_kv.eviction import FIFO, LFU, LRU, POLICIES, AgingLFU, EvictionPolicy, make_policy
-from paged_kv.simulate import belady_hits, replay_trace
+from paged_kv.study.trace_replay import belady_hits, replay_trace
 
 
 class Reference:

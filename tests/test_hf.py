@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from paged_kv import InvalidArgument
-from paged_kv.engine import Engine
-from paged_kv.model import from_hf
+from paged_kv.serving.engine import Engine
+from paged_kv.serving.model import from_hf
 
 transformers = pytest.importorskip("transformers")
 

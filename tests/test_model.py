@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, KVCacheManager
-from paged_kv.model import ForwardBatch, ModelConfig, SeqChunk, TinyLM, greedy_dense
-from paged_kv.tokenizer import ByteTokenizer
+from paged_kv.serving.model import ForwardBatch, ModelConfig, SeqChunk, TinyLM, greedy_dense
+from paged_kv.serving.tokenizer import ByteTokenizer
 
 GQA = ModelConfig(num_heads=4, num_kv_heads=1, head_dim=8, hidden_size=32, num_layers=3)
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from paged_kv import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.course import checks
 from paged_kv.course.naive import ListLRU, ScanBlockPool, generate_contiguous
-from paged_kv.model import TinyLM, greedy_dense
+from paged_kv.serving.model import TinyLM, greedy_dense
 
 
 def test_scan_pool_allocates_correctly_but_scans():

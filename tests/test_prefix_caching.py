@@ -14,8 +14,8 @@ from paged_kv import (
     KVCacheManager,
     UnknownSequence,
 )
-from paged_kv.hashing import block_hashes, hash_block
-from paged_kv.metrics import PrefixHitCounter
+from paged_kv.cache.hashing import block_hashes, hash_block
+from paged_kv.cache.hit_metrics import PrefixHitCounter
 
 BS = 4
 SHARED = list(range(100, 112))  # three full blocks of 4
@@ -32,7 +32,7 @@ def test_hash_chains_the_parent_so_equal_blocks_at_different_places_differ():
 
 def test_hashes_are_identical_across_processes_with_different_hash_seeds():
     code = (
-        "from paged_kv.hashing import block_hashes;"
+        "from paged_kv.cache.hashing import block_hashes;"
         "print([h.hex() for h in block_hashes(list(range(40)), 16, salt='tenant', "
         "extra_keys=('adapter', 3))])"
     )

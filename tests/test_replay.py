@@ -1,5 +1,5 @@
 from paged_kv import KVCacheManager
-from paged_kv.replay import Add, Append, Free, decode_workload, replay
+from paged_kv.study.operations import Add, Append, Free, decode_workload, replay
 
 
 def test_replay_keeps_a_snapshot_before_and_after_each_op():

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from paged_kv import InvalidArgument
-from paged_kv.simulate import (
+from paged_kv.study.memory_waste import (
     SCHEMES,
     Request,
     _ContiguousArena,
@@ -87,8 +87,8 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("policy", ["lru", "lfu", "lfu-aging"])
 def test_replaying_through_a_real_pool_gives_the_same_hits(policy):
-    from paged_kv.simulate import replay_trace, trace_frames
-    from paged_kv.workloads import shared_prefixes
+    from paged_kv.study.trace_replay import replay_trace, trace_frames
+    from paged_kv.study.workloads import shared_prefixes
 
     trace = shared_prefixes(200, seed=3)
     frames = trace_frames(trace, 40, policy)
@@ -99,8 +99,8 @@ def test_replaying_through_a_real_pool_gives_the_same_hits(policy):
 
 
 def test_replaying_chats_saves_prefill_and_eviction_costs_some():
-    from paged_kv.simulate import replay_requests
-    from paged_kv.workloads import chat_sessions
+    from paged_kv.study.trace_replay import replay_requests
+    from paged_kv.study.workloads import chat_sessions
 
     chats = chat_sessions(30, turns=3, seed=2)
     roomy = replay_requests(chats, num_blocks=5000, block_size=16)

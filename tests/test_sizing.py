@@ -1,7 +1,7 @@
 import pytest
 
 from paged_kv import InvalidArgument
-from paged_kv.sizing import KNOWN_MODELS, ModelShape
+from paged_kv.study.sizing import KNOWN_MODELS, ModelShape
 
 
 def test_opt_13b_needs_800_kib_per_token():

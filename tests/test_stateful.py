@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged_kv import BlockPool, BlockState, KVCacheManager, OutOfBlocks
-from paged_kv.block_table import blocks_needed
-from paged_kv.eviction import POLICIES
+from paged_kv.cache.block_table import blocks_needed
+from paged_kv.cache.eviction import POLICIES
 
 STEPS = settings(max_examples=250, stateful_step_count=50, deadline=None)
 

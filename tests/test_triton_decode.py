@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed 
 
 INTERPRETED = """
 import torch
-from paged_kv.course.checks import dense_attention, random_paged_batch
+from paged_kv.attention.testing import dense_attention, random_paged_batch
 from paged_kv.attention import reference_decode
 from paged_kv.attention.triton_decode import triton_paged_decode
 
@@ -70,7 +70,7 @@ def test_fp32_caches_get_exact_dots_and_half_precision_ones_tensor_cores():
 @pytest.mark.parametrize("dtype, atol", [(torch.float16, 2e-3), (torch.float32, 1e-5)])
 def test_cuda_dispatch_uses_the_kernel_and_matches_the_reference(dtype, atol):
     from paged_kv.attention import paged_decode, reference_decode
-    from paged_kv.course.checks import random_paged_batch
+    from paged_kv.attention.testing import random_paged_batch
 
     gen = torch.Generator().manual_seed(2)
     q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 4, 16, 8, 4, 128, dtype)

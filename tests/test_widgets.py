@@ -1,7 +1,7 @@
 import re
 
 from paged_kv import BlockPool, KVCacheManager
-from paged_kv.replay import Add, Append, Free
+from paged_kv.study.operations import Add, Append, Free
 from paged_kv.widgets import BlockPoolView, OperationStepper, render_pool_html
 
 
@@ -108,9 +108,9 @@ def test_trace_replay_view_shows_keys_counts_and_hits():
 
 
 def test_engine_replay_view_steps_through_the_pool_of_a_served_run():
-    from paged_kv.engine import Engine
-    from paged_kv.model import TinyLM
-    from paged_kv.scheduler import SamplingParams
+    from paged_kv.serving.engine import Engine
+    from paged_kv.serving.model import TinyLM
+    from paged_kv.serving.scheduler import SamplingParams
     from paged_kv.widgets import EngineReplayView
 
     engine = Engine(TinyLM(seed=0), num_blocks=8, block_size=4, max_running=3)

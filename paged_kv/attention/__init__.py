@@ -1,4 +1,5 @@
-"""Paged attention: attention that reads K/V through block tables, never made contiguous.
+"""The attention layer (chapter 05): the KV storage tensors and the kernels that read them
+through block tables, never made contiguous.
 
 `paged_decode` runs the Triton kernel on CUDA tensors when triton is installed, the C++ kernel
 on fp32 CPU tensors when it builds, and the torch reference otherwise; `paged_prefill` handles
@@ -14,6 +15,7 @@ import torch
 from paged_kv.attention.cpu_decode import cpu_paged_decode, handles
 from paged_kv.attention.flashinfer import to_flashinfer
 from paged_kv.attention.reference import paged_prefill, reference_decode
+from paged_kv.attention.storage import KVStorage, gather_kv, write_kv
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -40,4 +42,13 @@ def paged_decode(
     return reference_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
 
 
-__all__ = ["HAS_TRITON", "paged_decode", "paged_prefill", "reference_decode", "to_flashinfer"]
+__all__ = [
+    "HAS_TRITON",
+    "KVStorage",
+    "gather_kv",
+    "paged_decode",
+    "paged_prefill",
+    "reference_decode",
+    "to_flashinfer",
+    "write_kv",
+]

@@ -10,8 +10,8 @@ import math
 
 import torch
 
+from paged_kv.attention.storage import gather_kv
 from paged_kv.errors import InvalidArgument
-from paged_kv.storage import gather_kv
 
 
 def reference_decode(

@@ -11,9 +11,9 @@ from collections.abc import Hashable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from paged_kv.cache.eviction import EvictionPolicy
 from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks, require_positive_int
-from paged_kv.eviction import EvictionPolicy
-from paged_kv.model import TinyLM
+from paged_kv.serving.model import TinyLM
 
 FREE, USED = False, True
 

@@ -11,14 +11,19 @@ import operator
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-from paged_kv.block_pool import Allocation, BlockPool
-from paged_kv.block_table import (
+from paged_kv.cache.block_pool import Allocation, BlockPool
+from paged_kv.cache.block_table import (
     blocks_needed,
     copy_on_write,
     grow_block_table,
     last_block_is_shared_and_partial,
     slot_mapping,
 )
+from paged_kv.cache.eviction import PolicySpec
+from paged_kv.cache.hashing import BlockHash, ExtraKey, Salt, block_hashes, check_salt
+from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
+from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.snapshot import PoolSnapshot
 from paged_kv.errors import (
     CacheBusy,
     DuplicateSequence,
@@ -26,11 +31,6 @@ from paged_kv.errors import (
     OutOfBlocks,
     UnknownSequence,
 )
-from paged_kv.eviction import EvictionPolicy
-from paged_kv.hashing import BlockHash, ExtraKey, Salt, block_hashes, check_salt
-from paged_kv.metrics import HitRates, PrefixHitCounter
-from paged_kv.prefix_cache import PrefixCache
-from paged_kv.snapshot import PoolSnapshot
 
 SeqId = Hashable
 
@@ -92,7 +92,7 @@ class KVCacheManager:
         *,
         blocks_per_page: int | None = None,
         allocation: Allocation = "fifo",
-        eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
+        eviction: PolicySpec = "lru",
         prefix_caching: bool = True,
         hit_rate_window: int = 100,
     ) -> None:

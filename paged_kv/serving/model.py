@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from paged_kv.attention import paged_decode, paged_prefill
+from paged_kv.attention.storage import KVStorage
 from paged_kv.errors import InvalidArgument, require_positive_int
-from paged_kv.storage import KVStorage
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paged_kv.block_pool import BlockPool
+from paged_kv.cache.block_pool import BlockPool
 from paged_kv.errors import InvalidArgument
 
 

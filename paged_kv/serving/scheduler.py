@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from paged_kv.cache.manager import KVCacheManager
 from paged_kv.errors import InvalidArgument, OutOfBlocks, require_positive_int
-from paged_kv.manager import KVCacheManager
 
 
 @dataclass(frozen=True)

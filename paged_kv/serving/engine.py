@@ -14,12 +14,12 @@ from typing import Protocol
 
 import torch
 
-from paged_kv.block_table import blocks_needed
+from paged_kv.cache.block_table import blocks_needed
+from paged_kv.cache.eviction import PolicySpec
+from paged_kv.cache.manager import KVCacheManager
 from paged_kv.errors import InvalidArgument, PagedKVError
-from paged_kv.eviction import EvictionPolicy
-from paged_kv.manager import KVCacheManager
-from paged_kv.model import ForwardBatch, SeqChunk, TinyLM
-from paged_kv.scheduler import (
+from paged_kv.serving.model import ForwardBatch, SeqChunk, TinyLM
+from paged_kv.serving.scheduler import (
     Preemption,
     Request,
     RequestStatus,
@@ -27,7 +27,7 @@ from paged_kv.scheduler import (
     Scheduler,
     StepPlan,
 )
-from paged_kv.tokenizer import ByteTokenizer
+from paged_kv.serving.tokenizer import ByteTokenizer
 
 
 class Tokenizer(Protocol):
@@ -124,7 +124,7 @@ class Engine:
         *,
         num_blocks: int,
         block_size: int = 16,
-        eviction: str | EvictionPolicy | type[EvictionPolicy] = "lru",
+        eviction: PolicySpec = "lru",
         prefix_caching: bool = True,
         max_batch_tokens: int = 512,
         max_running: int = 32,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paged_kv.hashing import BlockHash
+from paged_kv.cache.hashing import BlockHash
 
 
 class PrefixCache:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from paged_kv.manager import KVCacheManager, SeqId
-from paged_kv.snapshot import PoolSnapshot
+from paged_kv.cache.manager import KVCacheManager, SeqId
+from paged_kv.cache.snapshot import PoolSnapshot
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,9 @@ class AgingLFU(LFU):
         self._life.pop(block_id, None)
 
 
+PolicySpec = str | EvictionPolicy | type[EvictionPolicy]
+"""How callers name a policy: "lru" / "lfu" / "lfu-aging" / "fifo", a class, or an instance."""
+
 POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "lru": LRU,
     "lfu": LFU,
@@ -234,7 +237,7 @@ POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
 }
 
 
-def make_policy(policy: str | EvictionPolicy | type[EvictionPolicy]) -> EvictionPolicy:
+def make_policy(policy: PolicySpec) -> EvictionPolicy:
     """A policy from its name ("lru", "lfu", "lfu-aging", "fifo"), a class, or an instance."""
     if isinstance(policy, EvictionPolicy):
         return policy

@@ -1,0 +1,55 @@
+"""The cache layer (chapters 01–04): blocks, block tables, eviction and prefix caching.
+
+Nothing here knows about tensors or models: a block is an id, a sequence is a list of token
+ids. `KVCacheManager` is the one entry point the serving layer uses.
+"""
+
+from paged_kv.cache.block_pool import Allocation, BlockPool
+from paged_kv.cache.block_table import blocks_needed, copy_on_write, grow_block_table, slot_mapping
+from paged_kv.cache.eviction import (
+    FIFO,
+    LFU,
+    LRU,
+    POLICIES,
+    AgingLFU,
+    EvictionPolicy,
+    PolicySpec,
+    make_policy,
+)
+from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
+from paged_kv.cache.hashing import BlockHash, block_hashes, hash_block
+from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
+from paged_kv.cache.manager import KVCacheManager, SeqId, UsageStats
+from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
+
+__all__ = [
+    "FIFO",
+    "LFU",
+    "LRU",
+    "POLICIES",
+    "AgingLFU",
+    "Allocation",
+    "BlockHash",
+    "BlockInfo",
+    "BlockPool",
+    "BlockState",
+    "EvictionPolicy",
+    "FifoFreeList",
+    "HitRates",
+    "KVCacheManager",
+    "PackedPagesFreeList",
+    "PolicySpec",
+    "PoolSnapshot",
+    "PrefixCache",
+    "PrefixHitCounter",
+    "SeqId",
+    "UsageStats",
+    "block_hashes",
+    "blocks_needed",
+    "copy_on_write",
+    "grow_block_table",
+    "hash_block",
+    "make_policy",
+    "slot_mapping",
+]

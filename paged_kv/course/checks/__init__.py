@@ -1,0 +1,60 @@
+"""Exercise checks, one module per chapter: the library's own scenarios, run against the
+learner's code.
+
+Each `check_*` runs fixed scenarios, then random operations compared with a reference, and
+raises `CheckFailed` with a message that says what was expected and what happened. The test
+suite runs the same checks on the library, so both meet one standard.
+"""
+
+from paged_kv.course.checks.ch01_block_pool import (
+    check_allocate,
+    check_constant_time_allocate,
+    check_free_pages,
+    check_release,
+)
+from paged_kv.course.checks.ch02_block_tables import (
+    check_blocks_needed,
+    check_grow_block_table,
+    check_slot_mapping,
+)
+from paged_kv.course.checks.ch03_eviction import check_aging, check_lfu, check_policy_contract
+from paged_kv.course.checks.ch04_prefix_caching import (
+    check_chained_hash,
+    check_copy_on_write,
+    check_share_cached_prefix,
+)
+from paged_kv.course.checks.ch05_paged_attention import (
+    check_lse_merge,
+    check_paged_decode,
+    check_write_kv,
+)
+from paged_kv.course.checks.ch06_serving_engine import (
+    check_admission,
+    check_preemption,
+    check_serves_like_dense,
+)
+from paged_kv.course.checks.support import CheckFailed, count_lines_executed
+
+__all__ = [
+    "CheckFailed",
+    "check_admission",
+    "check_aging",
+    "check_allocate",
+    "check_blocks_needed",
+    "check_chained_hash",
+    "check_constant_time_allocate",
+    "check_copy_on_write",
+    "check_free_pages",
+    "check_grow_block_table",
+    "check_lfu",
+    "check_lse_merge",
+    "check_paged_decode",
+    "check_policy_contract",
+    "check_preemption",
+    "check_release",
+    "check_serves_like_dense",
+    "check_share_cached_prefix",
+    "check_slot_mapping",
+    "check_write_kv",
+    "count_lines_executed",
+]
