@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -149,6 +149,218 @@ def reservation(scheme: Scheme, request: Request, max_len: int) -> int:
     return request.final_len  # oracle
 
 
+@dataclass(slots=True)
+class _Running:
+    """A running request: the tokens it stores now and the KV slots it holds for them.
+
+    `held` >= `tokens` always; the gap is reserved (up to `final_len`) or wasted beyond it.
+    """
+
+    index: int
+    final_len: int
+    tokens: int
+    held: int
+    start: int = -1  # contiguous schemes only: where its range starts in the arena
+
+
+class _Memory(Protocol):
+    """How a scheme stores KV: admit a request, grow it by one token, release it.
+
+    The memory keeps each `_Running.held` (slots held) up to date.
+    """
+
+    capacity: int  # usable KV slots
+
+    def admit(self, index: int, request: Request, tokens: int) -> _Running | None:
+        """Start `request` with `tokens` stored, or None when it does not fit now."""
+
+    def grow(self, run: _Running) -> bool:
+        """Store one more token of `run`, or return False when a block is missing."""
+
+    def release(self, run: _Running) -> None:
+        """Give back every slot `run` holds."""
+
+
+class _ContiguousMemory:
+    """Contiguous reservation: a request takes its whole `reservation` at once, first fit.
+
+    Growing never needs memory (the slots were reserved); releasing leaves a gap.
+    """
+
+    def __init__(self, scheme: Scheme, capacity: int, max_len: int) -> None:
+        self.capacity = capacity
+        self._scheme = scheme
+        self._max_len = max_len
+        self._arena = _ContiguousArena(capacity)
+
+    def admit(self, index: int, request: Request, tokens: int) -> _Running | None:
+        size = reservation(self._scheme, request, self._max_len)
+        start = self._arena.allocate(size)
+        if start is None:
+            return None
+        return _Running(index, request.final_len, tokens, held=size, start=start)
+
+    def grow(self, run: _Running) -> bool:
+        run.tokens += 1
+        return True
+
+    def release(self, run: _Running) -> None:
+        self._arena.free(run.start)
+
+
+class _PagedMemory:
+    """Paged blocks on a real `KVCacheManager`: a request holds only the blocks it fills.
+
+    Without prefix caching or forks, a request's table has `blocks_needed(tokens)` blocks.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.capacity = num_blocks * block_size
+        self._block_size = block_size
+        self._manager = KVCacheManager(num_blocks, block_size, prefix_caching=False)
+
+    def admit(self, index: int, request: Request, tokens: int) -> _Running | None:
+        if not self._manager.can_allocate(tokens + 1):  # room for the token it decodes next
+            return None
+        self._manager.add_sequence(index, [0] * tokens)
+        return _Running(index, request.final_len, tokens, held=self._slots(tokens))
+
+    def grow(self, run: _Running) -> bool:
+        if not self._manager.can_append(run.index):
+            return False
+        self._manager.append_tokens(run.index, [0])
+        run.tokens += 1
+        run.held = self._slots(run.tokens)
+        return True
+
+    def release(self, run: _Running) -> None:
+        self._manager.free_sequence(run.index)
+
+    def _slots(self, tokens: int) -> int:
+        """Slots in the whole blocks that hold `tokens` tokens."""
+        return blocks_needed(tokens, self._block_size) * self._block_size
+
+
+def _memory_for(
+    scheme: Scheme, requests: Sequence[Request], budget_tokens: int, max_len: int, block_size: int
+) -> _Memory:
+    """The scheme's memory for `budget_tokens`, once every request is known to fit in it alone.
+
+    Paged memory rounds the budget down to whole blocks and needs one spare block per request.
+    """
+    if scheme == "paged":
+        num_blocks = budget_tokens // block_size
+        _check_requests(requests, scheme, num_blocks * block_size, max_len, block_size)
+        return _PagedMemory(num_blocks, block_size)
+    _check_requests(requests, scheme, budget_tokens, max_len, block_size)
+    return _ContiguousMemory(scheme, budget_tokens, max_len)
+
+
+def _check_requests(
+    requests: Sequence[Request], scheme: Scheme, capacity: int, max_len: int, block_size: int
+) -> None:
+    """Raise `InvalidArgument` for a request that is malformed or could never be admitted.
+
+    A request needs its reservation (contiguous) or its final length plus one block (paged).
+    """
+    for r in requests:
+        if r.final_len > max_len or r.prompt_len < 1 or r.output_len < 1:
+            raise InvalidArgument(f"{r} does not fit max_len={max_len} or has empty parts.")
+        need = r.final_len + block_size if scheme == "paged" else reservation(scheme, r, max_len)
+        if need > capacity:
+            raise InvalidArgument(
+                f"{r} needs {need} slots under {scheme!r} but the budget is {capacity}; "
+                "raise budget_tokens."
+            )
+
+
+class _Server:
+    """First come, first served over one memory; preempted requests wait at the front.
+
+    `running` is in admission order, so its last entry is the newest request.
+    """
+
+    def __init__(self, requests: Sequence[Request], memory: _Memory) -> None:
+        self.requests = requests
+        self.memory = memory
+        self.waiting: deque[int] = deque(range(len(requests)))
+        self.running: dict[int, _Running] = {}
+        self.recompute: dict[int, int] = {}  # preempted request -> tokens it had
+        self.preemptions = 0
+
+    def admit(self) -> None:
+        """Admit waiting requests in order while the head one fits."""
+        while self.waiting:
+            index = self.waiting[0]
+            request = self.requests[index]
+            tokens = self.recompute.get(index, request.prompt_len)
+            run = self.memory.admit(index, request, tokens)
+            if run is None:
+                return
+            self.running[index] = run
+            self.recompute.pop(index, None)
+            self.waiting.popleft()
+
+    def decode(self) -> None:
+        """Every running request stores one more token; a missing block preempts the newest."""
+        for run in list(self.running.values()):
+            while run.index in self.running:  # False once it was preempted itself
+                if self.memory.grow(run):
+                    break
+                self._preempt_newest()
+
+    def finish(self) -> None:
+        """Requests that stored their last token leave and give their memory back."""
+        for run in [r for r in self.running.values() if r.tokens >= r.final_len]:
+            self.memory.release(run)
+            del self.running[run.index]
+
+    def _preempt_newest(self) -> None:
+        """Free the newest running request; it waits at the front and will recompute."""
+        index, run = self.running.popitem()
+        self.memory.release(run)
+        self.recompute[index] = run.tokens
+        self.waiting.appendleft(index)
+        self.preemptions += 1
+
+
+class _Shares:
+    """Slots summed over the saturated steps: token states, reserved, internal, the rest."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.sums = np.zeros(4)
+        self.measured = self.running_total = self.max_running = 0
+
+    def add(self, running: Collection[_Running]) -> None:
+        """Account for every slot at one step, with `running` requests holding memory."""
+        states = reserved = internal = 0
+        for run in running:
+            usable = min(run.held, run.final_len)  # slots beyond its final length stay empty
+            states += run.tokens
+            reserved += usable - run.tokens
+            internal += run.held - usable
+        self.sums += (states, reserved, internal, self.capacity - states - reserved - internal)
+        self.measured += 1
+        self.running_total += len(running)
+        self.max_running = max(self.max_running, len(running))
+
+    def report(self, scheme: Scheme, steps: int, preemptions: int) -> WasteReport:
+        """The averaged shares as a `WasteReport` (all zero if no step was saturated)."""
+        shares = self.sums / (self.measured * self.capacity) if self.measured else np.zeros(4)
+        return WasteReport(
+            scheme=scheme,
+            token_states=float(shares[0]),
+            reserved=float(shares[1]),
+            internal_fragmentation=float(shares[2]),
+            external_fragmentation=float(shares[3]),
+            mean_running=self.running_total / self.measured if self.measured else 0.0,
+            max_running=self.max_running,
+            steps=steps,
+            preemptions=preemptions,
+        )
+
+
 def simulate_memory_waste(
     requests: Sequence[Request],
     scheme: Scheme,
@@ -167,101 +379,18 @@ def simulate_memory_waste(
     if scheme not in SCHEMES:
         raise InvalidArgument(f"unknown scheme {scheme!r}; choose one of {SCHEMES}.")
     require_positive_int("budget_tokens", budget_tokens)
-    paged = scheme == "paged"
-    capacity = budget_tokens // block_size * block_size if paged else budget_tokens
-    for r in requests:
-        if r.final_len > max_len or r.prompt_len < 1 or r.output_len < 1:
-            raise InvalidArgument(f"{r} does not fit max_len={max_len} or has empty parts.")
-        need = r.final_len + block_size if paged else reservation(scheme, r, max_len)
-        if need > capacity:
-            raise InvalidArgument(
-                f"{r} needs {need} slots under {scheme!r} but the budget is {capacity}; "
-                "raise budget_tokens."
-            )
-    manager = (
-        KVCacheManager(budget_tokens // block_size, block_size, prefix_caching=False)
-        if paged
-        else None
-    )
-    arena = None if paged else _ContiguousArena(budget_tokens)
-
-    waiting: deque[int] = deque(range(len(requests)))
-    length: dict[int, int] = {}  # running request -> tokens stored now
-    held: dict[int, int] = {}  # running request -> slots it holds
-    start_of: dict[int, int] = {}  # contiguous only: where its range starts
-    progress: dict[int, int] = {}  # preempted request -> tokens it had (it recomputes them)
-    sums = np.zeros(4)
-    running_total = max_running = steps = measured = preemptions = 0
-
-    while waiting or length:
+    memory = _memory_for(scheme, requests, budget_tokens, max_len, block_size)
+    server = _Server(requests, memory)
+    shares = _Shares(memory.capacity)
+    steps = 0
+    while server.waiting or server.running:
         steps += 1
-        while waiting:  # admission, first come first served
-            i = waiting[0]
-            r = requests[i]
-            tokens = progress.get(i, r.prompt_len)
-            if paged:
-                if not manager.can_allocate(tokens + 1):
-                    break
-                manager.add_sequence(i, [0] * tokens)
-                held[i] = blocks_needed(tokens, block_size) * block_size
-            else:
-                size = reservation(scheme, r, max_len)
-                start = arena.allocate(size)
-                if start is None:
-                    break
-                start_of[i], held[i] = start, size
-            length[i] = tokens
-            progress.pop(i, None)
-            waiting.popleft()
-
-        for i in list(length):  # decode: one more token for every running request
-            if i not in length:
-                continue  # preempted earlier in this step
-            if paged:
-                while i in length and not manager.can_append(i):
-                    victim = next(reversed(length))  # the newest running request
-                    progress[victim] = length.pop(victim)
-                    del held[victim]
-                    manager.free_sequence(victim)
-                    waiting.appendleft(victim)
-                    preemptions += 1
-                if i not in length:
-                    continue
-                manager.append_tokens(i, [0])
-                held[i] = len(manager.block_table(i)) * block_size
-            length[i] += 1
-
-        if waiting:  # the server is saturated: account for every slot
-            measured += 1
-            states = reserved = internal = 0
-            for i, n in length.items():
-                final = requests[i].final_len
-                states += n
-                reserved += min(held[i], final) - n
-                internal += held[i] - min(held[i], final)
-            sums += (states, reserved, internal, capacity - states - reserved - internal)
-            running_total += len(length)
-            max_running = max(max_running, len(length))
-
-        for i in [i for i, n in length.items() if n >= requests[i].final_len]:
-            if paged:
-                manager.free_sequence(i)
-            else:
-                arena.free(start_of.pop(i))
-            del length[i], held[i]
-
-    shares = sums / (measured * capacity) if measured else np.zeros(4)
-    return WasteReport(
-        scheme=scheme,
-        token_states=float(shares[0]),
-        reserved=float(shares[1]),
-        internal_fragmentation=float(shares[2]),
-        external_fragmentation=float(shares[3]),
-        mean_running=running_total / measured if measured else 0.0,
-        max_running=max_running,
-        steps=steps,
-        preemptions=preemptions,
-    )
+        server.admit()
+        server.decode()
+        if server.waiting:  # the server is saturated: account for every slot
+            shares.add(server.running.values())
+        server.finish()
+    return shares.report(scheme, steps, server.preemptions)
 
 
 def memory_waste_study(
