@@ -1,7 +1,12 @@
-"""Where a benchmark writes its JSON, with the machine it ran on."""
+"""Where a benchmark writes its JSON, with the machine it ran on; only when asked (`--save`).
+
+Running a benchmark must not change tracked files: every script takes `--save` (added by
+`add_save_flag`) and calls `write_results` only when it is given.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 from pathlib import Path
@@ -9,6 +14,15 @@ from pathlib import Path
 import torch
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def add_save_flag(parser: argparse.ArgumentParser, name: str) -> None:
+    """Add `--save`: write bench/results/<name>.json (otherwise nothing is written)."""
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help=f"write the figures to bench/results/{name}.json (default: print only)",
+    )
 
 
 def write_results(name: str, payload: dict) -> Path:
@@ -25,3 +39,11 @@ def write_results(name: str, payload: dict) -> Path:
     path.write_text(json.dumps({"benchmark": name, "machine": machine, **payload}, indent=2) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def save_or_say(save: bool, name: str, payload: dict) -> None:
+    """Write the results if `--save` was given; otherwise say how to."""
+    if save:
+        write_results(name, payload)
+    else:
+        print(f"\n(not saved; pass --save to write bench/results/{name}.json)")
