@@ -8,8 +8,10 @@ turn, run by run (`take_turns`), so that background load falls on both alike.
 
 from __future__ import annotations
 
+import gc
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -61,3 +63,21 @@ def take_turns(fns: dict[str, Callable[[], float]], runs: int) -> dict[str, list
         for name in names[r % len(names) :] + names[: r % len(names)]:
             out[name].append(fns[name]())
     return out
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while timing a chunk of operations.
+
+    A collection scans every tracked object in the process; when a bench keeps many large
+    structures alive at once (every pool size, every policy, interleaved), a collection
+    triggered by one of them charges it for all the others. Reference counting still frees
+    what each operation drops.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
