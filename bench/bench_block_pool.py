@@ -6,8 +6,9 @@ Every pool is built once and filled to half before timing: the pools by allocati
 blocks, the manager by adding 100 sequences of distinct tokens (the same prompt everywhere would
 be shared by prefix caching and leave most of the pool free); the script prints the measured
 in-use fraction. Timed chunks of operations then run in rounds that interleave all columns and
-sizes (the naive pool beside the ones it is compared to), and each figure is the median of the
-7 chunks, with their min–max.
+sizes (the naive pool beside the ones it is compared to), with the garbage collector paused (a
+collection would scan every pool alive), and each figure is the median of the 7 chunks, with
+their min–max.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 
-from measure import MIN_RUNS, pin_threads, spread
+from measure import MIN_RUNS, gc_paused, pin_threads, spread
 from results_file import add_save_flag, save_or_say
 
 from paged_kv import BlockPool, KVCacheManager
@@ -45,12 +46,13 @@ def churn(pool, seed: int = 0) -> Timer:
 
     def run(ops: int) -> float:
         picks = [rng.randrange(len(held)) for _ in range(ops)]
-        start = time.perf_counter_ns()
-        for i in picks:
-            [new] = pool.allocate(1)
-            pool.release([held[i]])
-            held[i] = new
-        return (time.perf_counter_ns() - start) / ops
+        with gc_paused():
+            start = time.perf_counter_ns()
+            for i in picks:
+                [new] = pool.allocate(1)
+                pool.release([held[i]])
+                held[i] = new
+            return (time.perf_counter_ns() - start) / ops
 
     timer.run = run
     timer.in_use = lambda: 1 - pool.num_free / pool.num_blocks
@@ -74,10 +76,11 @@ def appends(num_blocks: int, block_size: int = 16) -> Timer:
     def run(ops: int) -> float:
         order = [i % NUM_SEQS for i in range(ops)]
         token = [1]
-        start = time.perf_counter_ns()
-        for s in order:
-            manager.append_tokens(s, token)
-        return (time.perf_counter_ns() - start) / ops
+        with gc_paused():
+            start = time.perf_counter_ns()
+            for s in order:
+                manager.append_tokens(s, token)
+            return (time.perf_counter_ns() - start) / ops
 
     timer.run = run
     timer.in_use = lambda: manager.pool.num_in_use / num_blocks
