@@ -1,10 +1,12 @@
 """Prefix caching: cost of adding a sequence per prompt token, hashing cost, prefill saved.
 
-Prints tables and writes bench/results/prefix_cache.json. Usage:
-    python bench/bench_prefix_cache.py [--quick]
-Cost: `add_sequence` of a prompt of L tokens on a pool of N blocks (half of it in use by
-others), either a miss (fresh tokens: hash, allocate, register) or a full hit (the same
-prompt again: hash, look up, share). Each figure is the fastest of several repeats.
+Prints tables; writes bench/results/prefix_cache.json only with --save. Usage:
+    python bench/bench_prefix_cache.py [--quick] [--save]
+Cost: `add_sequence` + `free_sequence` of a prompt of L tokens on a pool of N blocks (half of
+it in use by others), either a miss (fresh tokens: hash, allocate, register) or a full hit
+(the same prompt again: hash, look up, share). One manager per (pool, length); each repeat
+visits all of them in turn, a miss then its hit, with the garbage collector paused; each
+figure is the median of the repeats (at least 5), with their min–max.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import argparse
 import random
 import time
 
-from results_file import write_results
+from measure import MIN_RUNS, gc_paused, pin_threads, spread
+from results_file import add_save_flag, save_or_say
 
 from paged_kv import KVCacheManager
 from paged_kv.cache.eviction import POLICIES
@@ -26,58 +29,90 @@ POOLS = [10_000, 100_000, 1_000_000]
 BLOCK = 16
 
 
-def add_cost_ns_per_token(pool_blocks: int, prompt_len: int, repeats: int) -> tuple[float, float]:
-    """(miss, hit) ns per prompt token of add_sequence + free_sequence."""
-    manager = KVCacheManager(pool_blocks, BLOCK)
-    manager.pool.allocate(pool_blocks // 2)  # other requests hold half the pool
-    rng = random.Random(0)
-    best_miss = best_hit = float("inf")
-    for r in range(repeats):
-        prompt = [rng.randrange(32_000) for _ in range(prompt_len)]
-        start = time.perf_counter_ns()
-        manager.add_sequence(("miss", r), prompt)
-        manager.free_sequence(("miss", r))
-        best_miss = min(best_miss, time.perf_counter_ns() - start)
-        start = time.perf_counter_ns()
-        manager.add_sequence(("hit", r), prompt)
-        manager.free_sequence(("hit", r))
-        best_hit = min(best_hit, time.perf_counter_ns() - start)
-        assert manager.hit_rates().window_hit_tokens  # the hit really hit
-    return best_miss / prompt_len, best_hit / prompt_len
+class AddCost:
+    """A manager of `pool_blocks` blocks, half held by others, and a timer of add + free."""
+
+    def __init__(self, pool_blocks: int, prompt_len: int, seed: int = 0) -> None:
+        self.manager = KVCacheManager(pool_blocks, BLOCK)
+        self.manager.pool.allocate(pool_blocks // 2)  # other requests hold half the pool
+        self.prompt_len = prompt_len
+        self.rng = random.Random(seed)
+        self.repeat = 0
+
+    def miss_and_hit_ns(self) -> tuple[float, float]:
+        """ns per prompt token of add + free of a fresh prompt, then of the same one again."""
+        prompt = [self.rng.randrange(32_000) for _ in range(self.prompt_len)]
+        manager, r = self.manager, self.repeat
+        self.repeat += 1
+        before = manager.hit_rates().hit_tokens
+        with gc_paused():
+            start = time.perf_counter_ns()
+            manager.add_sequence(("miss", r), prompt)
+            manager.free_sequence(("miss", r))
+            miss = time.perf_counter_ns() - start
+            start = time.perf_counter_ns()
+            manager.add_sequence(("hit", r), prompt)
+            manager.free_sequence(("hit", r))
+            hit = time.perf_counter_ns() - start
+        hit_tokens = manager.hit_rates().hit_tokens - before
+        assert hit_tokens == (self.prompt_len - 1) // BLOCK * BLOCK, "the hit did not hit"
+        return miss / self.prompt_len, hit / self.prompt_len
 
 
-def hashing_ns_per_token(prompt_len: int, repeats: int) -> float:
+def hashing_ns_per_token(prompt_len: int) -> float:
     tokens = list(range(prompt_len))
-    best = float("inf")
-    for _ in range(repeats):
+    with gc_paused():
         start = time.perf_counter_ns()
         block_hashes(tokens, BLOCK)
-        best = min(best, time.perf_counter_ns() - start)
-    return best / prompt_len
+        return (time.perf_counter_ns() - start) / prompt_len
+
+
+def cell(values: list[float]) -> str:
+    s = spread(values)
+    return f"{s['median']:.0f} ({s['min']:.0f}–{s['max']:.0f})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    add_save_flag(parser, "prefix_cache")
     args = parser.parse_args()
-    repeats = 3 if args.quick else 7
+    threads = pin_threads(1)  # pure Python; pinned as in every bench
+    repeats = MIN_RUNS if args.quick else 7
+
+    subjects = {(pool, length): AddCost(pool, length) for pool in POOLS for length in PROMPTS}
+    misses: dict[tuple[int, int], list[float]] = {key: [] for key in subjects}
+    hits: dict[tuple[int, int], list[float]] = {key: [] for key in subjects}
+    hashing: dict[int, list[float]] = {n: [] for n in PROMPTS}
+    for _ in range(repeats):  # every pool and length in turn, then the next repeat
+        for key, subject in subjects.items():
+            miss, hit = subject.miss_and_hit_ns()
+            misses[key].append(miss)
+            hits[key].append(hit)
+        for n in PROMPTS:
+            hashing[n].append(hashing_ns_per_token(n))
 
     cost = []
-    print(f"{'pool blocks':>12} {'prompt':>7} {'miss ns/token':>14} {'hit ns/token':>13}")
-    for pool in POOLS:
-        for length in PROMPTS:
-            miss, hit = add_cost_ns_per_token(pool, length, repeats)
-            cost.append(
-                {
-                    "pool_blocks": pool,
-                    "prompt_tokens": length,
-                    "miss_ns_per_token": round(miss, 1),
-                    "hit_ns_per_token": round(hit, 1),
-                }
-            )
-            print(f"{pool:>12,} {length:>7,} {miss:>14.0f} {hit:>13.0f}")
-    hashing = {n: round(hashing_ns_per_token(n, repeats), 1) for n in PROMPTS}
-    print("\nSHA-256 block hashing, ns per token:", hashing)
+    print(f"ns per prompt token, median of {repeats} repeats (min–max)")
+    print(f"{'pool blocks':>12} {'prompt':>7} {'miss':>18} {'hit':>18}")
+    for (pool, length), values in misses.items():
+        m, h = spread(values), spread(hits[pool, length])
+        cost.append(
+            {
+                "pool_blocks": pool,
+                "prompt_tokens": length,
+                "miss_ns_per_token": round(m["median"], 1),
+                "miss_spread_ns": [round(m["min"], 1), round(m["max"], 1)],
+                "hit_ns_per_token": round(h["median"], 1),
+                "hit_spread_ns": [round(h["min"], 1), round(h["max"], 1)],
+            }
+        )
+        print(f"{pool:>12,} {length:>7,} {cell(values):>18} {cell(hits[pool, length]):>18}")
+    hashing_median = {n: round(spread(v)["median"], 1) for n, v in hashing.items()}
+    print(
+        "\nSHA-256 block hashing, ns per token, median (min–max):",
+        ", ".join(f"{n}: {cell(v)}" for n, v in hashing.items()),
+    )
     by = {(r["pool_blocks"], r["prompt_tokens"]): r for r in cost}
     flat = {
         f"{length} tokens": round(
@@ -86,7 +121,7 @@ def main() -> None:
         )
         for length in PROMPTS
     }
-    print("miss cost at 10⁶ blocks / at 10⁴ blocks:", flat)
+    print("median miss cost at 10⁶ blocks / at 10⁴ blocks:", flat)
 
     workloads = {
         "shared system prompt (1 turn)": chat_sessions(300, turns=1, seed=0),
@@ -103,13 +138,16 @@ def main() -> None:
             saved.append({"workload": name, "pool_blocks": blocks, **row})
             print(f"{name:32} {blocks:>6} " + " ".join(f"{row[p]:>9.1%}" for p in POLICIES))
 
-    write_results(
+    save_or_say(
+        args.save,
         "prefix_cache",
         {
+            "cost_unit": f"ns per prompt token, median of {repeats} interleaved repeats",
+            "torch_threads": threads,
             "quick": args.quick,
             "add_sequence_cost": cost,
             "miss_cost_ratio_1e6_over_1e4": flat,
-            "hashing_ns_per_token": hashing,
+            "hashing_ns_per_token": hashing_median,
             "prefill_tokens_saved": saved,
         },
     )
