@@ -38,12 +38,3 @@ class CacheBusy(PagedKVError):
 
 class InvalidBlock(PagedKVError, ValueError):
     """A block id is foreign to the pool, or the block is already free (double free)."""
-
-
-def require_positive_int(name: str, value: object) -> int:
-    """Return `value` if it is an int >= 1, else raise `InvalidArgument` naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(
-            f"{name} must be a positive int, got {value!r}; pass a whole number >= 1."
-        )
-    return value

@@ -266,7 +266,7 @@ def test_serving_with_an_admission_that_skips_the_prefill_is_caught():
         def admit_waiting(self, plan):
             super().admit_waiting(plan)
             plan.chunks = [
-                ScheduledChunk(c.request, len(c.request.tokens) - 1, 1, c.admitted)
+                ScheduledChunk(c.request, c.request.num_tokens - 1, 1, c.admitted)
                 for c in plan.chunks
             ]
 
@@ -280,17 +280,16 @@ def test_admission_that_lets_out_of_blocks_escape_is_caught():
         def admit_waiting(self, plan):
             while self.waiting and len(self.running) < self.max_running:
                 request = self.waiting[0]
-                cost = len(request.tokens) - self.manager.num_prefix_hit_tokens(request.tokens)
+                tokens = request.admission_sequence()
+                cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
                 if cost > plan.budget_left and plan.chunks:
                     return
-                self.manager.add_sequence(request.request_id, request.tokens)
+                self.manager.add_sequence(request.request_id, tokens)
                 self.waiting.popleft()
                 request.status = RequestStatus.RUNNING
                 self.running.append(request)
-                hits = request.num_cached_tokens = self.manager.num_cached_tokens(
-                    request.request_id
-                )
-                plan.chunks.append(ScheduledChunk(request, hits, len(request.tokens) - hits, True))
+                hits = request.num_cached_tokens
+                plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
 
     with pytest.raises(checks.CheckFailed, match="OutOfBlocks escape"):
         checks.check_admission(Uncaught)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from paged_kv.cache.block_table import blocks_needed
 from paged_kv.errors import InvalidArgument
 
 
@@ -20,7 +21,7 @@ def to_flashinfer(
     """(indptr, indices, last_page_len) for sequences given by block tables and lengths."""
     indptr, indices, last = [0], [], []
     for table, length in zip(block_tables, seq_lens, strict=True):
-        pages = -(-length // block_size)
+        pages = blocks_needed(length, block_size)
         if length < 1 or pages > len(table):
             raise InvalidArgument(
                 f"a sequence of {length} tokens needs {pages} block(s) of {block_size}; its "

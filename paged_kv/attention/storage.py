@@ -10,7 +10,9 @@ from collections.abc import Sequence
 
 import torch
 
-from paged_kv.errors import InvalidArgument, require_positive_int
+from paged_kv.cache.block_table import blocks_needed
+from paged_kv.errors import InvalidArgument
+from paged_kv.validation import require_positive_int
 
 
 class KVStorage:
@@ -75,7 +77,7 @@ def gather_kv(
     Only the blocks the sequence uses are read, and only its tokens kept: whatever sits in
     the rest of the cache (even NaN) cannot reach the result.
     """
-    blocks = block_table[: -(-num_tokens // k_cache.shape[1])].long()
+    blocks = block_table[: blocks_needed(num_tokens, k_cache.shape[1])].long()
     return (
         k_cache.index_select(0, blocks).flatten(0, 1)[:num_tokens],
         v_cache.index_select(0, blocks).flatten(0, 1)[:num_tokens],

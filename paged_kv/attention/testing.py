@@ -9,6 +9,8 @@ import math
 
 import torch
 
+from paged_kv.cache.block_table import blocks_needed
+
 
 def dense_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_offset: int | None = None
@@ -36,7 +38,7 @@ def random_paged_batch(
 ) -> tuple:
     """Sequences of random lengths in shuffled blocks; every unused slot holds NaN."""
     lens = torch.randint(1, 5 * block_size + 3, (batch,), generator=gen)
-    blocks_per_seq = [-(-int(n) // block_size) for n in lens]
+    blocks_per_seq = [blocks_needed(int(n), block_size) for n in lens]
     num_blocks = sum(blocks_per_seq) + 3
     order = torch.randperm(num_blocks, generator=gen).tolist()  # non-contiguous, non-monotone
     shape = (num_blocks, block_size, num_kv_heads, head_dim)

@@ -19,9 +19,11 @@ from paged_kv.cache.eviction import (
 from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
 from paged_kv.cache.hashing import BlockHash, block_hashes, hash_block
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
-from paged_kv.cache.manager import KVCacheManager, SeqId, UsageStats
+from paged_kv.cache.manager import KVCacheManager, SeqId
 from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
+from paged_kv.cache.usage import UsageStats
 
 __all__ = [
     "FIFO",
@@ -44,6 +46,7 @@ __all__ = [
     "PrefixCache",
     "PrefixHitCounter",
     "SeqId",
+    "TokenSequence",
     "UsageStats",
     "block_hashes",
     "blocks_needed",

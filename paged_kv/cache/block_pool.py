@@ -7,13 +7,14 @@ chosen for eviction by an O(1) policy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
-from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks, require_positive_int
+from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks
+from paged_kv.validation import as_int, require_int, require_positive_int
 
 Allocation = Literal["fifo", "pack_pages"]
 
@@ -101,8 +102,7 @@ class BlockPool:
 
         If fewer than `n` are available, raise `OutOfBlocks` and change nothing.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgument(f"allocate(n) needs an int n >= 0, got {n!r}.")
+        n = require_int("allocate's n", n)
         if n > self.num_available:
             raise OutOfBlocks(
                 f"asked for {n} blocks but only {self.num_available} of {self.num_blocks} are "
@@ -190,6 +190,10 @@ class BlockPool:
         """How many holders reference `block_id`."""
         return self._ref[self._check_id(block_id)]
 
+    def is_shared(self, block_id: int) -> bool:
+        """Does more than one holder reference `block_id`? (Appending to it must copy it.)"""
+        return self._ref[self._check_id(block_id)] > 1
+
     def state(self, block_id: int) -> BlockState:
         """The block's state."""
         if self.ref_count(block_id):
@@ -211,18 +215,8 @@ class BlockPool:
         require_positive_int("bytes_per_block", bytes_per_block)
         return len(self.free_pages()) * (self.blocks_per_page or 0) * bytes_per_block
 
-    def snapshot(
-        self,
-        block_tables: Mapping[Hashable, Sequence[int]] | None = None,
-        num_tokens: Mapping[int, int] | None = None,
-    ) -> PoolSnapshot:
-        """Freeze every block's state; the manager adds its block tables and tokens per block."""
-        tables = {seq: tuple(table) for seq, table in (block_tables or {}).items()}
-        owners: dict[int, tuple[Hashable, ...]] = {}
-        for seq, table in tables.items():
-            for block_id in table:
-                owners[block_id] = (*owners.get(block_id, ()), seq)
-        num_tokens = num_tokens or {}
+    def snapshot(self) -> PoolSnapshot:
+        """Freeze every block's state and ref count (the manager adds owners and tables)."""
         per_page = self.blocks_per_page
         blocks = tuple(
             BlockInfo(
@@ -230,12 +224,10 @@ class BlockPool:
                 state=self.state(b),
                 ref_count=ref,
                 page=b // per_page if per_page else None,
-                owners=owners.get(b, ()),
-                num_tokens=num_tokens.get(b, 0),
             )
             for b, ref in enumerate(self._ref)
         )
-        return PoolSnapshot(self.block_size, per_page, blocks, tables)
+        return PoolSnapshot(self.block_size, per_page, blocks)
 
     def _put_free(self, block_id: int) -> None:
         self._free.put(block_id)
@@ -251,13 +243,14 @@ class BlockPool:
         return block_id
 
     def _check_id(self, block_id: object) -> int:
-        if isinstance(block_id, bool) or not isinstance(block_id, int):
+        number = as_int(block_id)
+        if number is None:
             raise InvalidBlock(f"block ids are ints, got {block_id!r}.")
-        if not 0 <= block_id < self.num_blocks:
+        if not 0 <= number < self.num_blocks:
             raise InvalidBlock(
                 f"block {block_id} does not belong to this pool (ids are 0..{self.num_blocks - 1})."
             )
-        return block_id
+        return number
 
     def __repr__(self) -> str:
         pages = f", {self.num_pages} pages" if self.blocks_per_page else ""

@@ -63,4 +63,4 @@ def last_block_is_shared_and_partial(
     pool: BlockPool, block_table: list[int], num_tokens: int
 ) -> bool:
     """Would appending to this table write into a block that others read? (Then copy it.)"""
-    return num_tokens % pool.block_size != 0 and pool.ref_count(block_table[-1]) > 1
+    return num_tokens % pool.block_size != 0 and pool.is_shared(block_table[-1])

@@ -11,7 +11,8 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from paged_kv.errors import InvalidArgument, InvalidBlock, require_positive_int
+from paged_kv.errors import InvalidArgument, InvalidBlock
+from paged_kv.validation import require_positive_int
 
 
 class EvictionPolicy(ABC):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from paged_kv.errors import require_positive_int
+from paged_kv.validation import require_positive_int
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,8 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -20,10 +19,12 @@ from paged_kv.cache.block_table import (
     slot_mapping,
 )
 from paged_kv.cache.eviction import PolicySpec
-from paged_kv.cache.hashing import BlockHash, ExtraKey, Salt, block_hashes, check_salt
+from paged_kv.cache.hashing import ExtraKey, Salt
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import PoolSnapshot
+from paged_kv.cache.usage import UsageStats
 from paged_kv.errors import (
     CacheBusy,
     DuplicateSequence,
@@ -31,49 +32,18 @@ from paged_kv.errors import (
     OutOfBlocks,
     UnknownSequence,
 )
+from paged_kv.validation import require_int, require_token_ids
 
 SeqId = Hashable
 
 
-@dataclass(frozen=True)
-class UsageStats:
-    """How the pool's memory is used right now."""
-
-    num_blocks: int
-    num_free_blocks: int
-    num_in_use_blocks: int
-    num_cached_blocks: int
-    evictions: int
-    num_sequences: int
-    num_tokens: int
-    num_table_blocks: int
-    block_size: int
-
-    @property
-    def usage(self) -> float:
-        """Fraction of blocks in use (cached blocks are not: they can be evicted)."""
-        return self.num_in_use_blocks / self.num_blocks
-
-    @property
-    def blocks_saved_by_sharing(self) -> int:
-        """Block-table entries minus blocks in use: what sharing spared."""
-        return self.num_table_blocks - self.num_in_use_blocks
-
-    @property
-    def internal_fragmentation(self) -> float:
-        """Fraction of the sequences' slots that hold no token (unfilled last blocks)."""
-        slots = self.num_table_blocks * self.block_size
-        return 1 - self.num_tokens / slots if slots else 0.0
-
-
-@dataclass
+@dataclass(eq=False)
 class _SequenceEntry:
-    token_ids: list[int]
+    """A live sequence: its tokens (owned by whoever passed them in) and its block table."""
+
+    seq: TokenSequence
     block_table: list[int]
-    salt: Salt
-    extra_keys: tuple[ExtraKey, ...]
-    block_hashes: list[BlockHash] = field(default_factory=list)  # of its full blocks
-    num_cached_tokens: int = 0
+    num_registered: int = 0  # full blocks already offered to the prefix cache
 
 
 class KVCacheManager:
@@ -117,7 +87,7 @@ class KVCacheManager:
     def add_sequence(
         self,
         seq_id: SeqId,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | TokenSequence,
         *,
         salt: Salt = None,
         extra_keys: Sequence[ExtraKey] = (),
@@ -127,38 +97,40 @@ class KVCacheManager:
         Full blocks already cached for the same salt, extra keys and preceding tokens are
         shared instead of allocated, except that the last prompt token is never a hit (its
         logits must be computed). `num_cached_tokens(seq_id)` says how many tokens hit.
-        Raises `OutOfBlocks` if the rest does not fit, changing nothing.
+        A `TokenSequence` is adopted, not copied: its hashes are reused and the manager
+        appends to it while the sequence lives. Raises `OutOfBlocks` if the rest does not
+        fit, changing nothing.
         """
         if seq_id in self._seqs:
             raise DuplicateSequence(
                 f"sequence {seq_id!r} already exists; free it first or pick a new id."
             )
-        tokens = _check_tokens(token_ids, "the prompt")
-        if not tokens:
+        seq = self._sequence(token_ids, salt, extra_keys)
+        if not seq.token_ids:
             raise InvalidArgument(f"sequence {seq_id!r} needs at least one prompt token.")
-        entry = _SequenceEntry(tokens, [], check_salt(salt), tuple(extra_keys))
-        hashes, hit_blocks = self._prefix_hits(entry)
+        hit_blocks = self._prefix_hits(seq)
         revived = sum(1 for b in hit_blocks if self.pool.ref_count(b) == 0)
-        need = blocks_needed(len(tokens), self.block_size) - len(hit_blocks)
-        if need > self.pool.num_available - revived:
+        need = blocks_needed(len(seq), self.block_size) - len(hit_blocks)
+        available = self.pool.num_available - revived
+        if need > available:
             hits = f" ({len(hit_blocks)} more are prefix hits)" if hit_blocks else ""
             raise OutOfBlocks(
-                f"sequence {seq_id!r} needs {need} new blocks{hits} but only "
-                f"{self.pool.num_available - revived} can be had; free or preempt a sequence, "
-                "or use a bigger pool.",
+                f"sequence {seq_id!r} needs {need} new blocks{hits} but only {available} can "
+                "be had; free or preempt a sequence, or use a bigger pool.",
                 requested=need,
-                available=self.pool.num_available - revived,
+                available=available,
             )
         self.pool.share(hit_blocks)  # in use now: the allocation below cannot evict them
-        entry.block_table = list(hit_blocks)
+        entry = _SequenceEntry(seq, list(hit_blocks))
         hit_tokens = len(hit_blocks) * self.block_size
-        grow_block_table(self.pool, entry.block_table, hit_tokens, len(tokens) - hit_tokens)
-        entry.num_cached_tokens = hit_tokens
-        self._register_full_blocks(entry, hashes)
+        grow_block_table(self.pool, entry.block_table, hit_tokens, len(seq) - hit_tokens)
+        seq.num_cached_tokens = hit_tokens
+        seq._live = True
+        self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
-        self._num_tokens += len(tokens)
+        self._num_tokens += len(seq)
         self._table_blocks += len(entry.block_table)
-        self.hits.record(len(tokens), hit_tokens)
+        self.hits.record(len(seq), hit_tokens)
         return list(entry.block_table)
 
     def append_tokens(self, seq_id: SeqId, token_ids: Sequence[int]) -> list[int]:
@@ -169,29 +141,23 @@ class KVCacheManager:
         KV storage. Newly full blocks are registered for prefix caching.
         """
         entry = self._entry(seq_id)
-        tokens = _check_tokens(token_ids, "the appended tokens")
+        tokens = require_token_ids(token_ids, "the appended tokens")
         if not tokens:
             return []
-        table, length = entry.block_table, len(entry.token_ids)
-        need = self._blocks_to_append(entry, len(tokens))
-        if need > self.pool.num_available:
-            raise OutOfBlocks(
-                f"appending {len(tokens)} token(s) to {seq_id!r} needs {need} new block(s) but "
-                f"only {self.pool.num_available} can be had; free or preempt a sequence.",
-                requested=need,
-                available=self.pool.num_available,
-            )
-        copy = copy_on_write(self.pool, table, length)
-        if copy is not None:
-            self._copies.append(copy)
-        new_blocks = grow_block_table(self.pool, table, length, len(tokens))
-        entry.token_ids.extend(tokens)
+        seq, table = entry.seq, entry.block_table
+        length = len(seq.token_ids)
+        if length + len(tokens) <= len(table) * self.block_size and not self.pool.is_shared(
+            table[-1]
+        ):
+            new_blocks = []  # the common decode step: room in a private last block
+        else:
+            new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
+        seq.token_ids.extend(tokens)
         self._num_tokens += len(tokens)
-        self._table_blocks += len(new_blocks)
-        if self.prefix_cache is not None:
-            full = len(entry.token_ids) // self.block_size * self.block_size
-            start = len(entry.block_hashes) * self.block_size
-            self._register_full_blocks(entry, self._hashes(entry, start, full))
+        if self.prefix_cache is not None and len(seq.token_ids) // self.block_size > (
+            entry.num_registered
+        ):
+            self._register_full_blocks(entry)
         return new_blocks
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[int]:
@@ -204,25 +170,23 @@ class KVCacheManager:
         if child_id in self._seqs:
             raise DuplicateSequence(f"sequence {child_id!r} already exists; fork into a new id.")
         self.pool.share(parent.block_table)
-        child = _SequenceEntry(
-            list(parent.token_ids),
-            list(parent.block_table),
-            parent.salt,
-            parent.extra_keys,
-            list(parent.block_hashes),
-            parent.num_cached_tokens,
-        )
+        child_seq = parent.seq.copy()
+        child_seq._live = True
+        child = _SequenceEntry(child_seq, list(parent.block_table), parent.num_registered)
         self._seqs[child_id] = child
-        self._num_tokens += len(child.token_ids)
+        self._num_tokens += len(child_seq)
         self._table_blocks += len(child.block_table)
         return list(child.block_table)
 
     def free_sequence(self, seq_id: SeqId) -> None:
-        """Forget `seq_id` and release its blocks, last first; registered ones stay cached."""
+        """Forget `seq_id` and release its blocks, last first; registered ones stay cached.
+
+        An adopted `TokenSequence` goes back to its owner, who may append to it again."""
         entry = self._entry(seq_id)
         self.pool.release(reversed(entry.block_table))
-        self._num_tokens -= len(entry.token_ids)
+        self._num_tokens -= len(entry.seq)
         self._table_blocks -= len(entry.block_table)
+        entry.seq._live = False
         del self._seqs[seq_id]
 
     def pop_block_copies(self) -> list[tuple[int, int]]:
@@ -242,25 +206,30 @@ class KVCacheManager:
     # -- questions the scheduler asks ----------------------------------------------------
 
     def num_prefix_hit_tokens(
-        self, token_ids: Sequence[int], *, salt: Salt = None, extra_keys: Sequence[ExtraKey] = ()
+        self,
+        token_ids: Sequence[int] | TokenSequence,
+        *,
+        salt: Salt = None,
+        extra_keys: Sequence[ExtraKey] = (),
     ) -> int:
         """How many leading tokens of this prompt `add_sequence` would find cached now.
 
         Read-only: no block changes state and no hit is counted, so a scheduler can price
-        a request (prompt tokens minus hits) before admitting it.
+        a request (prompt tokens minus hits) before admitting it. Pass the request's
+        `TokenSequence` so its block hashes are computed once, for pricing and admission.
         """
-        tokens = _check_tokens(token_ids, "the prompt")
-        entry = _SequenceEntry(tokens, [], check_salt(salt), tuple(extra_keys))
-        return len(self._prefix_hits(entry)[1]) * self.block_size
+        return len(self._prefix_hits(self._sequence(token_ids, salt, extra_keys))) * (
+            self.block_size
+        )
 
     def can_allocate(self, num_tokens: int) -> bool:
         """Would a new sequence with a `num_tokens`-token prompt fit right now?"""
-        _check_count("num_tokens", num_tokens)
+        require_int("num_tokens", num_tokens)
         return blocks_needed(num_tokens, self.block_size) <= self.pool.num_available
 
     def can_append(self, seq_id: SeqId, num_new_tokens: int = 1) -> bool:
         """Would appending `num_new_tokens` to `seq_id` fit right now?"""
-        _check_count("num_new_tokens", num_new_tokens)
+        require_int("num_new_tokens", num_new_tokens)
         return (
             self._blocks_to_append(self._entry(seq_id), num_new_tokens) <= self.pool.num_available
         )
@@ -274,25 +243,26 @@ class KVCacheManager:
     def slot_mapping(self, seq_id: SeqId, start: int = 0, end: int | None = None) -> list[int]:
         """Slots of tokens start..end-1 of `seq_id` (default: all of them)."""
         entry = self._entry(seq_id)
-        stop = len(entry.token_ids) if end is None else end
-        if not 0 <= start <= stop <= len(entry.token_ids):
+        length = len(entry.seq)
+        stop = length if end is None else end
+        if not 0 <= start <= stop <= length:
             raise InvalidArgument(
-                f"sequence {seq_id!r} has {len(entry.token_ids)} tokens; positions "
-                f"{start}..{stop} are out of range."
+                f"sequence {seq_id!r} has {length} tokens; positions {start}..{stop} are out "
+                "of range."
             )
         return slot_mapping(entry.block_table, self.block_size, start, stop)
 
     def token_ids(self, seq_id: SeqId) -> list[int]:
         """All tokens of `seq_id` so far (a copy)."""
-        return list(self._entry(seq_id).token_ids)
+        return list(self._entry(seq_id).seq.token_ids)
 
     def num_tokens(self, seq_id: SeqId) -> int:
         """Length of `seq_id` in tokens."""
-        return len(self._entry(seq_id).token_ids)
+        return len(self._entry(seq_id).seq)
 
     def num_cached_tokens(self, seq_id: SeqId) -> int:
         """How many of `seq_id`'s prompt tokens were prefix-cache hits when it was added."""
-        return self._entry(seq_id).num_cached_tokens
+        return self._entry(seq_id).seq.num_cached_tokens
 
     def hit_rates(self) -> HitRates:
         """Prefix-cache hit rates in tokens, overall and over the recent requests."""
@@ -326,49 +296,88 @@ class KVCacheManager:
         )
 
     def snapshot(self) -> PoolSnapshot:
-        """Every block with its state, ref count, owning sequences and tokens filled."""
+        """Every block with its state, ref count, owning sequences and tokens filled.
+
+        The pool knows states and ref counts; who owns a block and how full it is are the
+        block tables' facts, added here."""
+        owners: dict[int, tuple[SeqId, ...]] = {}
         filled: dict[int, int] = {}
-        for entry in self._seqs.values():
+        for seq_id, entry in self._seqs.items():
             for i, block_id in enumerate(entry.block_table):
-                in_block = min(self.block_size, len(entry.token_ids) - i * self.block_size)
+                owners[block_id] = (*owners.get(block_id, ()), seq_id)
+                in_block = min(self.block_size, len(entry.seq) - i * self.block_size)
                 filled[block_id] = max(filled.get(block_id, 0), in_block)
-        tables = {seq_id: entry.block_table for seq_id, entry in self._seqs.items()}
-        return self.pool.snapshot(tables, filled)
+        pool = self.pool.snapshot()
+        blocks = tuple(
+            replace(b, owners=owners[b.block_id], num_tokens=filled[b.block_id])
+            if b.block_id in owners
+            else b
+            for b in pool.blocks
+        )
+        tables = {seq_id: tuple(e.block_table) for seq_id, e in self._seqs.items()}
+        return replace(pool, blocks=blocks, block_tables=tables)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _sequence(
+        self, token_ids: Sequence[int] | TokenSequence, salt: Salt, extra_keys: Sequence[ExtraKey]
+    ) -> TokenSequence:
+        """`token_ids` as a TokenSequence: adopted if it is one, else a new one."""
+        if not isinstance(token_ids, TokenSequence):
+            return TokenSequence(token_ids, salt=salt, extra_keys=extra_keys)
+        if salt is not None or extra_keys:
+            raise InvalidArgument(
+                "a TokenSequence carries its own salt and extra keys; give them when making it."
+            )
+        if token_ids._live:
+            raise InvalidArgument(
+                "this TokenSequence is already live in a manager; fork it to share its blocks."
+            )
+        return token_ids
+
+    def _grow_for_append(self, seq_id: SeqId, entry: _SequenceEntry, num_new: int) -> list[int]:
+        """Blocks for an append that needs some: copy a shared last block, then grow."""
+        table, length = entry.block_table, len(entry.seq)
+        need = self._blocks_to_append(entry, num_new)
+        if need > self.pool.num_available:
+            raise OutOfBlocks(
+                f"appending {num_new} token(s) to {seq_id!r} needs {need} new block(s) but "
+                f"only {self.pool.num_available} can be had; free or preempt a sequence.",
+                requested=need,
+                available=self.pool.num_available,
+            )
+        copy = copy_on_write(self.pool, table, length)
+        if copy is not None:
+            self._copies.append(copy)
+        new_blocks = grow_block_table(self.pool, table, length, num_new)
+        self._table_blocks += len(new_blocks)
+        return new_blocks
 
     def _blocks_to_append(self, entry: _SequenceEntry, num_new_tokens: int) -> int:
         """New blocks an append needs: the growth, plus one for a copy-on-write copy."""
-        length, table = len(entry.token_ids), entry.block_table
+        length, table = len(entry.seq), entry.block_table
         copy = last_block_is_shared_and_partial(self.pool, table, length)
         return blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy
 
-    def _prefix_hits(self, entry: _SequenceEntry) -> tuple[list[BlockHash], list[int]]:
-        """The prompt's full-block hashes and the cached blocks of its longest hit prefix."""
+    def _prefix_hits(self, seq: TokenSequence) -> list[int]:
+        """Cached blocks of the longest hit prefix of `seq` (never its last token)."""
         if self.prefix_cache is None:
-            return [], []
-        hashes = self._hashes(entry, 0, len(entry.token_ids))
-        max_hits = (len(entry.token_ids) - 1) // self.block_size  # the last token is computed
-        return hashes, self.prefix_cache.longest_prefix(hashes[:max_hits])
+            return []
+        max_hits = (len(seq) - 1) // self.block_size  # the last token is computed
+        return self.prefix_cache.longest_prefix(seq.full_block_hashes(self.block_size)[:max_hits])
 
-    def _hashes(self, entry: _SequenceEntry, start: int, end: int) -> list[BlockHash]:
-        """Chained hashes of `entry`'s full blocks covering tokens start..end-1."""
-        return block_hashes(
-            entry.token_ids[start:end],
-            self.block_size,
-            salt=entry.salt,
-            extra_keys=entry.extra_keys,
-            parent=entry.block_hashes[-1] if start else None,
-        )
-
-    def _register_full_blocks(self, entry: _SequenceEntry, hashes: list[BlockHash]) -> None:
-        """Index the full blocks `hashes` describe (continuing entry's chain) and keep them."""
-        first = len(entry.block_hashes)
-        for i, block_hash in enumerate(hashes, start=first):
-            block = entry.block_table[i]
-            if self.prefix_cache.hash_of(block) != block_hash and self.prefix_cache.register(
-                block, block_hash
-            ):
+    def _register_full_blocks(self, entry: _SequenceEntry) -> None:
+        """Index the full blocks that filled since the last call and keep their content."""
+        if self.prefix_cache is None:
+            return
+        hashes = entry.seq.full_block_hashes(self.block_size)
+        for i in range(entry.num_registered, len(hashes)):
+            block, block_hash = entry.block_table[i], hashes[i]
+            if self.prefix_cache.hash_of(block) == block_hash:
+                continue  # a prefix hit: indexed already
+            if self.prefix_cache.register(block, block_hash):
                 self.pool.keep_content([block])
-        entry.block_hashes.extend(hashes)
+        entry.num_registered = len(hashes)
 
     def _entry(self, seq_id: SeqId) -> _SequenceEntry:
         try:
@@ -381,25 +390,6 @@ class KVCacheManager:
 
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"
-
-
-def _check_tokens(token_ids: Sequence[int], what: str) -> list[int]:
-    """Copy token ids as plain ints (numpy and torch integers welcome); reject anything else."""
-    tokens = []
-    for t in token_ids:
-        try:
-            value = operator.index(t)
-        except TypeError:
-            value = -1
-        if isinstance(t, bool) or value < 0:
-            raise InvalidArgument(f"{what} must be token ids (ints >= 0); found {t!r}.")
-        tokens.append(value)
-    return tokens
-
-
-def _check_count(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgument(f"{name} must be an int >= 0, got {value!r}.")
 
 
 def _preview(seqs: dict[SeqId, _SequenceEntry], limit: int = 5) -> str:

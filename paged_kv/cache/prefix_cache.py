@@ -53,8 +53,3 @@ class PrefixCache:
         block_hash = self._hash_of.pop(block_id, None)
         if block_hash is not None:
             del self._block_of[block_hash]
-
-    def clear(self) -> None:
-        """Forget everything."""
-        self._block_of.clear()
-        self._hash_of.clear()

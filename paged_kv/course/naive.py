@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from paged_kv.cache.eviction import EvictionPolicy
-from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks, require_positive_int
+from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.serving.model import TinyLM
+from paged_kv.validation import require_positive_int
 
 FREE, USED = False, True
 

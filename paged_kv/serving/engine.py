@@ -6,7 +6,6 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ import torch
 from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.eviction import PolicySpec
 from paged_kv.cache.manager import KVCacheManager
+from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.model import ForwardBatch, SeqChunk, TinyLM
 from paged_kv.serving.scheduler import (
@@ -201,7 +201,7 @@ class Engine:
             from tqdm.auto import tqdm
 
             remaining = self.scheduler.waiting, self.scheduler.running
-            total = sum(r.params.max_new_tokens - len(r.output) for q in remaining for r in q)
+            total = sum(r.params.max_new_tokens - r.num_output_tokens for q in remaining for r in q)
             bar = tqdm(total=total, unit="tok", desc="generating")
         while self.has_unfinished():
             plan = self.step()
@@ -224,7 +224,7 @@ class Engine:
         logits = self.model(self._forward_batch(plan), self.kv)
         self._record(plan)
         for chunk, row in zip(plan.chunks, logits, strict=True):
-            chunk.request.output.append(self._sample(row, chunk.request))
+            chunk.request.record_sample(self._sample(row, chunk.request))
             if chunk.request.is_done:
                 self.scheduler.finish(chunk.request)
         self._stats.elapsed_s += time.perf_counter() - began
@@ -239,8 +239,8 @@ class Engine:
             raise InvalidArgument(f"request {request_id} has not finished; step the engine on.")
         return Completion(
             request_id,
-            list(request.prompt),
-            list(request.output),
+            request.prompt,
+            request.output,
             None if self.tokenizer is None else self.tokenizer.decode(request.output),
             request.num_cached_tokens,
             request.num_preemptions,
@@ -261,26 +261,26 @@ class Engine:
     ) -> Request:
         if isinstance(prompt, str) and self.tokenizer is None:
             raise InvalidArgument("this engine has no tokenizer: pass token ids, or tokenizer=.")
-        tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not tokens:
+        tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+        seq = TokenSequence(tokens, vocab_size=self.model.config.vocab_size)
+        if not seq.token_ids:
             raise InvalidArgument("the prompt is empty; give at least one token.")
-        ids = _token_ids(tokens, self.model.config.vocab_size)
         capacity = self.manager.pool.num_blocks
-        need = blocks_needed(len(ids) + params.max_new_tokens, self.manager.block_size)
+        need = blocks_needed(len(seq) + params.max_new_tokens, self.manager.block_size)
         if need > capacity:
             raise InvalidArgument(
-                f"{len(ids)} prompt tokens + {params.max_new_tokens} new ones need {need} blocks "
+                f"{len(seq)} prompt tokens + {params.max_new_tokens} new ones need {need} blocks "
                 f"but the whole cache has {capacity}; shorten the request or add blocks."
             )
         request_id = self._next_id if request_id is None else request_id
-        return Request(request_id, ids, params)
+        return Request(request_id, seq, params)
 
     def _enqueue(self, request: Request) -> None:
         self.requests[request.request_id] = request
         self._next_id = max(self._next_id, request.request_id + 1)
         self.scheduler.add(request)
         self._stats.requests += 1
-        self._stats.prompt_tokens += len(request.prompt)
+        self._stats.prompt_tokens += request.num_prompt_tokens
 
     def _forward_batch(self, plan: StepPlan) -> ForwardBatch:
         chunks = []
@@ -288,7 +288,7 @@ class Engine:
             seq = chunk.request.request_id
             chunks.append(
                 SeqChunk(
-                    chunk.request.tokens[chunk.start : chunk.start + chunk.num_tokens],
+                    chunk.request.sequence.token_ids[chunk.start : chunk.start + chunk.num_tokens],
                     chunk.start,
                     self.manager.slot_mapping(seq, chunk.start, chunk.start + chunk.num_tokens),
                     self.manager.block_table(seq),
@@ -339,19 +339,3 @@ class Engine:
                 len(plan.preempted),
             )
         )
-
-
-def _token_ids(values: Sequence[object], vocab_size: int) -> list[int]:
-    """The prompt as plain ints (numpy and torch integers welcome), each a token of the model."""
-    ids = []
-    for t in values:
-        try:
-            value = -1 if isinstance(t, bool) else operator.index(t)
-        except TypeError:
-            value = -1
-        if not 0 <= value < vocab_size:
-            raise InvalidArgument(
-                f"prompt tokens must be ints in 0..{vocab_size - 1}; found {t!r}."
-            )
-        ids.append(value)
-    return ids

@@ -17,7 +17,8 @@ from torch import nn
 
 from paged_kv.attention import paged_decode, paged_prefill
 from paged_kv.attention.storage import KVStorage
-from paged_kv.errors import InvalidArgument, require_positive_int
+from paged_kv.errors import InvalidArgument
+from paged_kv.validation import require_positive_int
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from paged_kv.cache.manager import KVCacheManager
-from paged_kv.errors import InvalidArgument, OutOfBlocks, require_positive_int
+from paged_kv.cache.sequence import TokenSequence
+from paged_kv.errors import InvalidArgument, OutOfBlocks
+from paged_kv.validation import require_positive_int
 
 
 @dataclass(frozen=True)
@@ -28,13 +31,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
-            raise InvalidArgument(f"max_new_tokens must be an int, got {self.max_new_tokens!r}.")
-        if self.max_new_tokens < 1:
-            raise InvalidArgument(
-                f"max_new_tokens must be >= 1, got {self.max_new_tokens}; a request that "
-                "generates nothing needs no engine."
-            )
+        require_positive_int("max_new_tokens", self.max_new_tokens)
         if not self.temperature >= 0:
             raise InvalidArgument(f"temperature must be >= 0 (0 is greedy): {self.temperature}.")
 
@@ -45,38 +42,79 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
 class Request:
     """A prompt and what has been generated for it so far.
 
-    While running, the last output token is *pending*: sampled, but its K/V not yet computed.
-    The next step appends it to the cache and computes it, which yields the next token.
+    `sequence` holds the prompt and the output tokens the cache has (one copy: the manager
+    adopts it while the request runs). The latest sampled token is *pending* until the next
+    step appends it to the cache and computes it, which yields the next token.
     """
 
-    request_id: int
-    prompt: list[int]
-    params: SamplingParams
-    output: list[int] = field(default_factory=list)
-    status: RequestStatus = RequestStatus.WAITING
-    num_cached_tokens: int = 0  # prefix-cache hits at its latest admission
-    num_preemptions: int = 0
-    generator: torch.Generator = field(default_factory=torch.Generator)
-
-    def __post_init__(self) -> None:
-        if self.params.seed is None:
+    def __init__(
+        self, request_id: int, prompt: Sequence[int] | TokenSequence, params: SamplingParams
+    ) -> None:
+        self.request_id = request_id
+        self.sequence = prompt if isinstance(prompt, TokenSequence) else TokenSequence(prompt)
+        self.params = params
+        self.num_prompt_tokens = len(self.sequence)
+        self.pending_token: int | None = None
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        self.generator = torch.Generator()
+        if params.seed is None:
             self.generator.seed()
         else:
-            self.generator.manual_seed(self.params.seed)
+            self.generator.manual_seed(params.seed)
 
     @property
-    def tokens(self) -> list[int]:
+    def prompt(self) -> list[int]:
+        return self.sequence.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output(self) -> list[int]:
+        """Generated tokens so far, the pending one included (a copy)."""
+        pending = [] if self.pending_token is None else [self.pending_token]
+        return self.sequence.token_ids[self.num_prompt_tokens :] + pending
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.sequence) - self.num_prompt_tokens + (self.pending_token is not None)
+
+    @property
+    def num_tokens(self) -> int:
         """Prompt plus output: what a (re)admission computes, minus its prefix-cache hits."""
-        return self.prompt + self.output
+        return len(self.sequence) + (self.pending_token is not None)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prefix-cache hits at its latest admission."""
+        return self.sequence.num_cached_tokens
 
     @property
     def is_done(self) -> bool:
-        stop = bool(self.output) and self.output[-1] in self.params.stop_token_ids
-        return stop or len(self.output) >= self.params.max_new_tokens
+        stop = self.pending_token is not None and self.pending_token in self.params.stop_token_ids
+        return stop or self.num_output_tokens >= self.params.max_new_tokens
+
+    def record_sample(self, token: int) -> None:
+        """The engine sampled `token`: it is pending until the next step appends it."""
+        self.pending_token = token
+
+    def take_pending(self) -> list[int]:
+        """The pending token, to append to the cache this step (then it is pending no more)."""
+        token, self.pending_token = self.pending_token, None
+        return [] if token is None else [token]
+
+    def admission_sequence(self) -> TokenSequence:
+        """The tokens an admission computes, prompt + output, as the sequence the manager
+        adopts; a pending token (left by a preemption) joins it here."""
+        self.sequence.append(self.take_pending())
+        return self.sequence
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id}, {self.num_prompt_tokens} prompt tokens, "
+            f"{self.num_output_tokens} generated, {self.status.value})"
+        )
 
 
 @dataclass(frozen=True)
@@ -173,8 +211,8 @@ class Scheduler:
         while scheduled < len(self.running):
             request = self.running[scheduled]
             if self._make_room_for_next_token(request, plan):
-                self.manager.append_tokens(request.request_id, request.output[-1:])
-                plan.chunks.append(ScheduledChunk(request, len(request.tokens) - 1, 1, False))
+                self.manager.append_tokens(request.request_id, request.take_pending())
+                plan.chunks.append(ScheduledChunk(request, len(request.sequence) - 1, 1, False))
                 scheduled += 1
 
     def admit_waiting(self, plan: StepPlan) -> None:
@@ -185,18 +223,19 @@ class Scheduler:
         """
         while self.waiting and len(self.running) < self.max_running:
             request = self.waiting[0]
-            cost = len(request.tokens) - self.manager.num_prefix_hit_tokens(request.tokens)
+            tokens = request.admission_sequence()
+            cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
             if cost > plan.budget_left and plan.chunks:
                 return
             try:
-                self.manager.add_sequence(request.request_id, request.tokens)
+                self.manager.add_sequence(request.request_id, tokens)
             except OutOfBlocks:
                 return
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            hits = request.num_cached_tokens = self.manager.num_cached_tokens(request.request_id)
-            plan.chunks.append(ScheduledChunk(request, hits, len(request.tokens) - hits, True))
+            hits = request.num_cached_tokens
+            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
 
     def preempt(self, request: Request, plan: StepPlan, reason: str) -> None:
         """Free `request`'s blocks and put it first in line, to be recomputed on admission.
@@ -208,9 +247,7 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         request.num_preemptions += 1
         self.waiting.appendleft(request)
-        plan.preempted.append(
-            Preemption(plan.step, request.request_id, len(request.tokens), reason)
-        )
+        plan.preempted.append(Preemption(plan.step, request.request_id, request.num_tokens, reason))
 
     def finish(self, request: Request) -> None:
         """`request` is done: release its blocks (full ones stay cached for others)."""

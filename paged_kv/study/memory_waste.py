@@ -17,7 +17,8 @@ import numpy as np
 
 from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
-from paged_kv.errors import InvalidArgument, require_positive_int
+from paged_kv.errors import InvalidArgument
+from paged_kv.validation import require_positive_int
 
 Scheme = Literal["max", "pow2", "oracle", "paged"]
 SCHEMES: tuple[Scheme, ...] = ("max", "pow2", "oracle", "paged")

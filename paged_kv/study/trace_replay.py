@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.manager import KVCacheManager
-from paged_kv.errors import require_positive_int
+from paged_kv.validation import require_positive_int
 
 
 @dataclass(frozen=True)

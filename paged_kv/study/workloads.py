@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paged_kv.errors import require_positive_int
+from paged_kv.validation import require_positive_int
 
 
 def _zipf_choices(rng: np.random.Generator, n: int, size: int, alpha: float) -> np.ndarray:

@@ -107,7 +107,10 @@ def check_admission(scheduler_cls: type[Scheduler]) -> None:
     )
     expect(
         hit.num_cached_tokens == 12 and fresh.num_cached_tokens == 0,
-        "set request.num_cached_tokens to manager.num_cached_tokens(request_id) on admission.",
+        "admit the request's own sequence, manager.add_sequence(request_id, "
+        "request.admission_sequence()): the manager records its prefix hits there "
+        "(request.num_cached_tokens) and appends to it while it runs; a copy of its tokens "
+        "would leave the request behind.",
     )
     alone = scheduler_cls(KVCacheManager(12, 4), max_batch_tokens=8, max_running=3)
     alone.add(Request(0, list(range(20)), SamplingParams()))
@@ -145,7 +148,7 @@ def check_preemption(scheduler_cls: type[Scheduler]) -> None:
         scheduler.add(r)
     Scheduler.admit_waiting(scheduler, StepPlan(0, 64))
     for r in requests:
-        r.output.append(1)  # sampled, pending
+        r.record_sample(1)  # sampled, pending
     waiting = Request(9, [3, 4], SamplingParams())
     scheduler.add(waiting)
     in_use = manager.pool.num_in_use
@@ -167,7 +170,7 @@ def check_preemption(scheduler_cls: type[Scheduler]) -> None:
     expect(victim.num_preemptions == 1, "count it: request.num_preemptions += 1.")
     expect(
         plan.preempted == [Preemption(5, 2, 10, "a test")],
-        "record Preemption(plan.step, request id, len(request.tokens), reason) in "
+        "record Preemption(plan.step, request id, request.num_tokens, reason) in "
         f"plan.preempted; got {plan.preempted}.",
     )
     expect(victim.output == [1], "keep the output: recompute re-admits prompt + output.")

@@ -1,0 +1,53 @@
+"""Argument checks every layer shares: whole numbers and token ids.
+
+Each returns the value as a plain int (numpy and torch integers welcome; bools and floats are
+refused) or raises `InvalidArgument` naming the argument and what to pass instead.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+
+from paged_kv.errors import InvalidArgument
+
+
+def as_int(value: object) -> int | None:
+    """`value` as a plain int if it is an integer (not a bool), else None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def require_int(name: str, value: object, *, minimum: int = 0) -> int:
+    """Return `value` as an int if it is one and >= `minimum`; else raise `InvalidArgument`."""
+    number = as_int(value)
+    if number is None or number < minimum:
+        raise InvalidArgument(
+            f"{name} must be an int >= {minimum}, got {value!r}; pass a whole number >= {minimum}."
+        )
+    return number
+
+
+def require_positive_int(name: str, value: object) -> int:
+    """Return `value` if it is an int >= 1, else raise `InvalidArgument` naming `name`."""
+    return require_int(name, value, minimum=1)
+
+
+def require_token_ids(
+    values: Iterable[object], what: str, vocab_size: int | None = None
+) -> list[int]:
+    """`values` as a list of plain ints, each a token id (>= 0, and < `vocab_size` if given)."""
+    tokens = []
+    for value in values:
+        token = value if type(value) is int else as_int(value)
+        if token is None or token < 0 or (vocab_size is not None and token >= vocab_size):
+            allowed = f"ints in 0..{vocab_size - 1}" if vocab_size else "ints >= 0"
+            raise InvalidArgument(f"{what} must be token ids ({allowed}); found {value!r}.")
+        tokens.append(token)
+    return tokens
