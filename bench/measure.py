@@ -12,8 +12,11 @@ import gc
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 MIN_RUNS = 5
 
@@ -49,16 +52,16 @@ def fmt(values: Sequence[float], digits: int = 0) -> str:
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
 
 
-def take_turns(fns: dict[str, Callable[[], float]], runs: int) -> dict[str, list[float]]:
+def take_turns(fns: dict[str, Callable[[], T]], runs: int) -> dict[str, list[T]]:
     """Call every function once per run, in turn, rotating who goes first; their results.
 
-    Each function returns the figure it measured (a time, a rate). Rotating the order keeps
-    any effect of going first or after a given neighbour off one function.
+    Each function returns what it measured (a time, a rate, a record). Rotating the order
+    keeps any effect of going first or after a given neighbour off one function.
     """
     if runs < 1:
         raise ValueError("runs must be at least 1")
     names = list(fns)
-    out: dict[str, list[float]] = {name: [] for name in names}
+    out: dict[str, list[T]] = {name: [] for name in names}
     for r in range(runs):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             out[name].append(fns[name]())
