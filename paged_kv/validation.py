@@ -43,11 +43,18 @@ def require_token_ids(
     values: Iterable[object], what: str, vocab_size: int | None = None
 ) -> list[int]:
     """`values` as a list of plain ints, each a token id (>= 0, and < `vocab_size` if given)."""
-    tokens = []
-    for value in values:
-        token = value if type(value) is int else as_int(value)
+    tokens = list(values)
+    if (
+        tokens
+        and set(map(type, tokens)) == {int}  # the common case, checked at C speed
+        and min(tokens) >= 0
+        and (vocab_size is None or max(tokens) < vocab_size)
+    ):
+        return tokens
+    for i, value in enumerate(tokens):
+        token = as_int(value)
         if token is None or token < 0 or (vocab_size is not None and token >= vocab_size):
             allowed = f"ints in 0..{vocab_size - 1}" if vocab_size else "ints >= 0"
             raise InvalidArgument(f"{what} must be token ids ({allowed}); found {value!r}.")
-        tokens.append(token)
+        tokens[i] = token
     return tokens

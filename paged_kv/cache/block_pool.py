@@ -243,6 +243,8 @@ class BlockPool:
         return block_id
 
     def _check_id(self, block_id: object) -> int:
+        if type(block_id) is int and 0 <= block_id < self.num_blocks:
+            return block_id  # the common case, first
         number = as_int(block_id)
         if number is None:
             raise InvalidBlock(f"block ids are ints, got {block_id!r}.")

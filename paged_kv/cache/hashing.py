@@ -38,16 +38,7 @@ def hash_block(
     extra_keys: Sequence[ExtraKey] = (),
 ) -> BlockHash:
     """The chained hash of one full block. `parent` is None for the first block only."""
-    h = hashlib.sha256(DOMAIN)
-    if parent is None:
-        h.update(b"\x00root")
-        h.update(_field(_encode(check_salt(salt))))
-    else:
-        h.update(b"\x01")
-        h.update(parent)
-    h.update(_field(struct.pack(f"<{len(token_ids)}q", *token_ids)))
-    h.update(_field(_encode(tuple(extra_keys))))
-    return h.digest()
+    return _digest(_link(parent, salt), token_ids, _field(_encode(tuple(extra_keys))))
 
 
 def block_hashes(
@@ -62,13 +53,25 @@ def block_hashes(
 
     `parent` continues an existing chain: the hash of the block before `token_ids`.
     """
+    extra = _field(_encode(tuple(extra_keys)))  # the same for every block: encode once
     hashes: list[BlockHash] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash_block(
-            parent, token_ids[start : start + block_size], salt=salt, extra_keys=extra_keys
-        )
+        parent = _digest(_link(parent, salt), token_ids[start : start + block_size], extra)
         hashes.append(parent)
     return hashes
+
+
+def _link(parent: BlockHash | None, salt: Salt) -> bytes:
+    """What ties a block to what precedes it: the salted root, or its parent's hash."""
+    if parent is None:
+        return b"\x00root" + _field(_encode(check_salt(salt)))
+    return b"\x01" + parent
+
+
+def _digest(link: bytes, token_ids: Sequence[int], extra: bytes) -> BlockHash:
+    """SHA-256 of domain, link, tokens (little-endian int64) and extra keys, in one call."""
+    tokens = struct.pack(f"<{len(token_ids)}q", *token_ids)
+    return hashlib.sha256(b"".join((DOMAIN, link, _field(tokens), extra))).digest()
 
 
 def _field(data: bytes) -> bytes:

@@ -44,6 +44,7 @@ class _SequenceEntry:
     seq: TokenSequence
     block_table: list[int]
     num_registered: int = 0  # full blocks already offered to the prefix cache
+    forked: bool = False  # its last block may be shared since a fork: check before writing
 
 
 class KVCacheManager:
@@ -140,23 +141,31 @@ class KVCacheManager:
         to a block of its own (copy-on-write); `pop_block_copies` hands those copies to the
         KV storage. Newly full blocks are registered for prefix caching.
         """
-        entry = self._entry(seq_id)
-        tokens = require_token_ids(token_ids, "the appended tokens")
-        if not tokens:
-            return []
-        seq, table = entry.seq, entry.block_table
-        length = len(seq.token_ids)
-        if length + len(tokens) <= len(table) * self.block_size and not self.pool.is_shared(
-            table[-1]
-        ):
-            new_blocks = []  # the common decode step: room in a private last block
+        try:
+            entry = self._seqs[seq_id]
+        except (KeyError, TypeError):
+            entry = self._entry(seq_id)  # raises UnknownSequence
+        if type(token_ids) is list and len(token_ids) == 1 and type(token_ids[0]) is int:
+            tokens = (
+                token_ids
+                if token_ids[0] >= 0
+                else require_token_ids(token_ids, "the appended tokens")
+            )
         else:
-            new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
-        seq.token_ids.extend(tokens)
-        self._num_tokens += len(tokens)
-        if self.prefix_cache is not None and len(seq.token_ids) // self.block_size > (
-            entry.num_registered
+            tokens = require_token_ids(token_ids, "the appended tokens")
+            if not tokens:
+                return []
+        seq, table, size = entry.seq, entry.block_table, self.block_size
+        length = len(seq.token_ids)
+        if length + len(tokens) > len(table) * size or (
+            entry.forked and self.pool.is_shared(table[-1])
         ):
+            new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
+        else:
+            new_blocks = []  # the common decode step: room in a private last block
+        seq.token_ids += tokens
+        self._num_tokens += len(tokens)
+        if (length + len(tokens)) // size > entry.num_registered:
             self._register_full_blocks(entry)
         return new_blocks
 
@@ -172,7 +181,8 @@ class KVCacheManager:
         self.pool.share(parent.block_table)
         child_seq = parent.seq.copy()
         child_seq._live = True
-        child = _SequenceEntry(child_seq, list(parent.block_table), parent.num_registered)
+        parent.forked = True
+        child = _SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
         self._seqs[child_id] = child
         self._num_tokens += len(child_seq)
         self._table_blocks += len(child.block_table)
@@ -369,6 +379,7 @@ class KVCacheManager:
     def _register_full_blocks(self, entry: _SequenceEntry) -> None:
         """Index the full blocks that filled since the last call and keep their content."""
         if self.prefix_cache is None:
+            entry.num_registered = len(entry.seq) // self.block_size  # nothing to index
             return
         hashes = entry.seq.full_block_hashes(self.block_size)
         for i in range(entry.num_registered, len(hashes)):
