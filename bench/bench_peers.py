@@ -220,7 +220,9 @@ def vllm_sessions() -> tuple[Callable[[], Session] | None, str]:
 
     Written against vLLM's API since request-side block hashing (v0.10.2 on, through the
     `hash_block_size` argument of 2026): an older BlockPool is reported and skipped, not
-    guessed at. No vLLM was installed where this was written: this path has not run.
+    guessed at. No vLLM was installed where this was written: this path has run only against
+    a stand-in with the signatures and semantics of vLLM's BlockPool (main of 2026 and v0.11),
+    not against vLLM itself.
     """
     try:
         import vllm
@@ -416,9 +418,10 @@ def main() -> None:
         assert len(seen) == 1, f"{name}: hit tokens vary between runs: {seen}"
 
     ops_per_s = {n: [len(ops) / (t / 1e9) for t in cpu_ns[n]] for n in names}
+    width = max(len(n) for n in names)
     print(
         f"\n{args.runs} runs each, CPU time (process_time) of the whole replay, in turn\n"
-        f"{'manager':32} {'ops/s median':>12} {'(min–max)':>23} {'IQR':>23} {'µs/op':>6}"
+        f"{'manager':{width}} {'ops/s median':>12} {'(min–max)':>23} {'IQR':>23} {'µs/op':>6}"
         f" {'prompt hit':>10}"
     )
     rows = []
@@ -428,7 +431,7 @@ def main() -> None:
         rows.append({"manager": name, "ops_per_s": s, "prompt_hit_fraction": hit,
                      "cpu_s": [t / 1e9 for t in cpu_ns[name]]})  # fmt: skip
         print(
-            f"{name:32} {s['median']:>12,.0f} ({s['min']:>10,.0f}–{s['max']:>10,.0f})"
+            f"{name:{width}} {s['median']:>12,.0f} ({s['min']:>10,.0f}–{s['max']:>10,.0f})"
             f" ({s['q1']:>10,.0f}–{s['q3']:>10,.0f}) {1e6 / s['median']:>6.2f}"
             + (f" {hit:>10.4f}" if hit is not None else "")
         )
@@ -453,7 +456,7 @@ def main() -> None:
         for name in names[r % len(names) :] + names[: r % len(names)]:
             by_kind[name].append(replay_by_kind(sessions[name], ops))
     print(f"\nµs per operation by kind, median ({MIN_RUNS} more runs, wall clock per operation)")
-    print(f"{'manager':32} {'add':>22} {'append':>18} {'free':>20}")
+    print(f"{'manager':{width}} {'add':>22} {'append':>18} {'free':>20}")
     per_kind = {}
     for name in names:
         per_kind[name] = {
@@ -461,7 +464,7 @@ def main() -> None:
             for k, kind in enumerate(("add", "append", "free"))
         }
         cells = [fmt_us(v) for v in per_kind[name].values()]
-        print(f"{name:32} {cells[0]:>22} {cells[1]:>18} {cells[2]:>20}")
+        print(f"{name:{width}} {cells[0]:>22} {cells[1]:>18} {cells[2]:>20}")
 
     save_or_say(
         args.save,
