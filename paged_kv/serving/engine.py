@@ -223,10 +223,13 @@ class Engine:
         self.kv.copy_blocks(self.manager.pop_block_copies())
         logits = self.model(self._forward_batch(plan), self.kv)
         self._record(plan)
-        for chunk, row in zip(plan.chunks, logits, strict=True):
-            chunk.request.record_sample(self._sample(row, chunk.request))
-            if chunk.request.is_done:
-                self.scheduler.finish(chunk.request)
+        greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch
+        for chunk, row, best in zip(plan.chunks, logits, greedy, strict=True):
+            request = chunk.request
+            sampled = best if request.params.temperature == 0 else self._sample(row, request)
+            request.record_sample(sampled)
+            if request.is_done:
+                self.scheduler.finish(request)
         self._stats.elapsed_s += time.perf_counter() - began
         return plan
 
@@ -298,11 +301,9 @@ class Engine:
 
     @staticmethod
     def _sample(logits: torch.Tensor, request: Request) -> int:
-        """Greedy at temperature 0; otherwise draw from softmax(logits / T) with the
-        request's own generator."""
+        """Draw from softmax(logits / T) with the request's own generator (T > 0; greedy
+        requests take the batch's argmax)."""
         temperature = request.params.temperature
-        if temperature == 0:
-            return int(logits.argmax())
         probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=request.generator))
 

@@ -210,8 +210,7 @@ class Scheduler:
         scheduled = 0
         while scheduled < len(self.running):
             request = self.running[scheduled]
-            if self._make_room_for_next_token(request, plan):
-                self.manager.append_tokens(request.request_id, request.take_pending())
+            if self._append_next_token(request, plan):
                 plan.chunks.append(ScheduledChunk(request, len(request.sequence) - 1, 1, False))
                 scheduled += 1
 
@@ -255,17 +254,22 @@ class Scheduler:
         self.running.remove(request)
         request.status = RequestStatus.FINISHED
 
-    def _make_room_for_next_token(self, request: Request, plan: StepPlan) -> bool:
-        """Preempt the newest running requests until `request` can append; False if it
-        was preempted itself."""
-        while not self.manager.can_append(request.request_id, 1):
-            victim = self.running[-1]
-            self.preempt(
-                victim,
-                plan,
-                f"request {request.request_id} needed a block for its next token and none "
-                f"was free or evictable; request {victim.request_id} is the newest running",
-            )
-            if victim is request:
-                return False
-        return True
+    def _append_next_token(self, request: Request, plan: StepPlan) -> bool:
+        """Append `request`'s pending token, preempting the newest running requests until it
+        fits (the append is all or nothing); False if `request` was preempted itself."""
+        while True:
+            try:
+                self.manager.append_tokens(request.request_id, [request.pending_token])
+            except OutOfBlocks:
+                victim = self.running[-1]
+                self.preempt(
+                    victim,
+                    plan,
+                    f"request {request.request_id} needed a block for its next token and none "
+                    f"was free or evictable; request {victim.request_id} is the newest running",
+                )
+                if victim is request:
+                    return False
+            else:
+                request.take_pending()
+                return True
