@@ -59,7 +59,12 @@ def test_logits_and_greedy_tokens_match_transformers(case):
     for prompt, completion in zip(prompts, completions, strict=True):
         with torch.no_grad():
             out = hf.generate(
-                prompt[None], max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0
+                prompt[None],
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),  # 0 is a token here
+                max_new_tokens=10,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
             )
         assert completion.token_ids == out[0, len(prompt) :].tolist()
 
