@@ -107,13 +107,19 @@ def test_other_calls_go_to_the_reference():
     assert not cpu_decode.handles(q.requires_grad_(), cache, cache)
 
 
-def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
+def test_a_failed_build_warns_once_naming_the_cause_and_falls_back(monkeypatch, tmp_path):
     def no_compiler(**kwargs):
-        raise RuntimeError("Error building extension 'paged_kv_cpu_decode'")
+        raise RuntimeError(
+            "Error building extension 'paged_kv_cpu_decode': [1/2] c++ -MMD -c x.cpp\n"
+            "FAILED: paged_kv_cpu_decode.o\n/bin/sh: 1: c++: not found\nninja: build stopped"
+        )
 
-    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", no_compiler)
-    with pytest.warns(RuntimeWarning, match="did not build"):
+    monkeypatch.setenv("PAGED_KV_BUILD_DIR", str(tmp_path))  # nothing built there yet
+    monkeypatch.setattr("torch.utils.cpp_extension.load", no_compiler)
+    with pytest.warns(RuntimeWarning, match=r"did not build \(/bin/sh: 1: c\+\+: not found"):
         assert cpu_decode._kernel.__wrapped__() is None
+    assert "ninja: build stopped" in (cpu_decode.build_dir() / "build.log").read_text()
+    assert cpu_decode.built_library() is None
     monkeypatch.setattr(cpu_decode, "_kernel", lambda: None)
     gen = torch.Generator().manual_seed(5)
     q, k_cache, v_cache, tables, lens, _ = random_paged_batch(gen, 2, 4, 2, 2, 16)

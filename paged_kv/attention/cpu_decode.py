@@ -7,19 +7,34 @@ one head's slice of every row instead (512 bytes every 4 KB at 8 heads x 128) ra
 slower than SDPA on contiguous K/V (batch 16 x 1k tokens). The work is cut into pieces (a
 sequence's run of blocks), a few per thread, so one long sequence still keeps every core busy;
 a sequence's pieces are merged by their running maxima (log-sum-exp). No gather copy is made.
-It is built with `torch.utils.cpp_extension.load_inline` the first time it is needed (~25 s on 2
-cores; torch caches the build across processes), and covers fp32 on CPU with head_dim a multiple
-of 16; `paged_decode` uses the torch reference otherwise, and whenever the build fails (no
-compiler).
+It covers fp32 on CPU with head_dim a multiple of 16; `paged_decode` uses the torch reference
+otherwise, and whenever the build fails (no compiler).
+
+The build (`torch.utils.cpp_extension.load`, 13-21 s on 2 busy cores) happens once per environment
+and torch version, into `build_dir()`: `python -m paged_kv build` does it, and so does the test
+session's start (tests/conftest.py), so that no notebook cell pays for it or times out; a
+process that finds no build makes one on first use, with a one-line notice on stdout. Nothing
+is written to stderr unless the build fails (see `_quiet_torch_builder`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import logging
 import math
+import os
+import re
+import shutil
 import subprocess
+import sys
+import threading
+import time
 import warnings
-from types import ModuleType
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -28,7 +43,12 @@ from paged_kv.attention.reference import _group
 LANES = 16  # floats per vector in the kernel; head_dim must be a multiple of it
 
 _SOURCE = r"""
+// Only the headers this file uses: <torch/extension.h> (pybind11, the whole C++ API) would
+// quadruple the build time. The function is registered as a torch operator, not a Python module.
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
@@ -232,8 +252,9 @@ static std::vector<Piece> plan(const int64_t* lens, int64_t batch, int64_t block
 
 // q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_tables [B, max_blocks] and
 // seq_lens [B] as int64; all contiguous, fp32 data. Returns [B, Hq, D].
-torch::Tensor paged_decode_f32(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                               torch::Tensor block_tables, torch::Tensor seq_lens, double scale) {
+at::Tensor paged_decode_f32(const at::Tensor& q, const at::Tensor& k_cache,
+                            const at::Tensor& v_cache, const at::Tensor& block_tables,
+                            const at::Tensor& seq_lens, double scale) {
   const int64_t batch = q.size(0), q_heads = q.size(1), dim = q.size(2);
   const int64_t num_blocks = k_cache.size(0), block_size = k_cache.size(1);
   const int64_t kv_heads = k_cache.size(2), max_blocks = block_tables.size(1);
@@ -256,7 +277,7 @@ torch::Tensor paged_decode_f32(torch::Tensor q, torch::Tensor k_cache, torch::Te
                    &acc[i * q_heads * dim]);
     }
   });
-  auto out = torch::empty_like(q);  // then one merge per (sequence, query head)
+  auto out = at::empty_like(q);  // then one merge per (sequence, query head)
   float* op = out.data_ptr<float>();
   at::parallel_for(0, batch * q_heads, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -267,29 +288,195 @@ torch::Tensor paged_decode_f32(torch::Tensor q, torch::Tensor k_cache, torch::Te
   });
   return out;
 }
+
+TORCH_LIBRARY(paged_kv_cpu, m) { m.def("paged_decode_f32", &paged_decode_f32); }
 """
 
 
-@functools.cache
-def _kernel() -> ModuleType | None:
-    """The compiled extension, built once per process (torch reuses an earlier build), or None.
+NAME = "paged_kv_cpu_decode"
+CFLAGS = ["-O3", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
+_BUILT = "built.txt"  # written last: names the library, which is then whole
+BUILD_SECONDS = 20  # a first build on two busy cores, for the notice (13-21 s measured)
 
-    A failed build (no compiler, no OpenMP) warns once and leaves the torch reference in charge.
+
+class BuildError(RuntimeError):
+    """The kernel did not build: `cause` is the compiler's (or torch's) first error line, and
+    `log` the file holding the whole output."""
+
+    def __init__(self, cause: str, log: Path | None):
+        super().__init__(cause if log is None else f"{cause} (full log: {log})")
+        self.cause, self.log = cause, log
+
+
+def build_dir() -> Path:
+    """This environment's folder for the kernel.
+
+    One folder per Python environment (`sys.prefix`), Python, torch build and kernel source,
+    named `cpu_decode-py<version>-torch<version>-<hash of all four>`, under $PAGED_KV_BUILD_DIR,
+    else $XDG_CACHE_HOME/paged_kv, else ~/.cache/paged_kv. Two environments never rebuild each
+    other's kernel; a new torch or a changed kernel gets a new folder.
     """
-    from torch.utils.cpp_extension import load_inline
+    root = os.environ.get("PAGED_KV_BUILD_DIR")
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paged_kv"
+    key = [os.path.realpath(sys.prefix), sys.version, torch.__version__]
+    key += [str(torch.version.git_version), str(torch.version.cuda), _SOURCE, *CFLAGS, *LDFLAGS]
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:12]
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return Path(root) / f"cpu_decode-{python}-torch{torch.__version__}-{digest}"
 
+
+def built_library() -> Path | None:
+    """The library a finished build left in `build_dir()`, or None."""
+    folder = build_dir()
     try:
-        return load_inline(
-            name="paged_kv_cpu_decode",
-            cpp_sources=_SOURCE,
-            functions=["paged_decode_f32"],
-            extra_cflags=["-O3", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-        )
+        library = folder / (folder / _BUILT).read_text().strip()
+    except OSError:
+        return None
+    return library if library.is_file() else None
+
+
+@contextlib.contextmanager
+def _quiet_torch_builder() -> Iterator[list[str]]:
+    """Holds back what torch's extension builder logs, and yields it as a list of lines.
+
+    torch logs to stderr, where a notebook cell shows it and nbval fails the cell: importing
+    `torch.utils.cpp_extension` on a CUDA build of torch without a GPU logs "No CUDA runtime is
+    found, using CUDA_HOME=...", and a build may log compiler-version notes. None of it concerns
+    a CPU kernel that builds; when the build fails, it goes into the build log.
+    """
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(f"{record.levelname}: {record.getMessage()}")
+
+    held: list[str] = []
+    logger, handler = logging.getLogger("torch.utils.cpp_extension"), Hold()
+    propagate, logger.propagate = logger.propagate, False
+    logger.addHandler(handler)
+    try:
+        yield held
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _first_error(text: str) -> str:
+    """The line of a build's output that says what went wrong (the first compiler or linker
+    error), else its first line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    for line in lines:
+        if re.search(r"\berror\b|not found|No such file", line, re.IGNORECASE) and not (
+            line.startswith("Error building extension")
+        ):
+            return line[:300]
+    return lines[0][:300] if lines else "no output"
+
+
+@contextlib.contextmanager
+def _progress(out: TextIO | None, message: str) -> Iterator[None]:
+    """`message...` on one line of `out`, then how long it took; on a terminal, seconds tick."""
+    if out is None:
+        yield
+        return
+    start, stop = time.perf_counter(), threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            out.write(f"\r{message}... {time.perf_counter() - start:.0f} s")
+            out.flush()
+
+    out.write(f"{message}...")
+    out.flush()
+    ticker = threading.Thread(target=tick, daemon=True) if out.isatty() else None
+    if ticker:
+        ticker.start()
+    outcome = "failed after"
+    try:
+        yield
+        outcome = "done in"
+    finally:
+        stop.set()
+        if ticker:
+            ticker.join()
+            out.write(f"\r{message}...")
+        out.write(f" {outcome} {time.perf_counter() - start:.0f} s\n")
+        out.flush()
+
+
+def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = False) -> Path:
+    """Builds the kernel into `build_dir()` unless a build is there already (`force` rebuilds),
+    and returns the library. One line on `out` says it is building and how long it took (and,
+    `on_demand`, how to build ahead of time); nothing goes to stderr. Raises `BuildError` naming
+    the cause when the build fails.
+    """
+    library = None if force else built_library()
+    if library is not None:
+        return library
+    folder = build_dir()
+    if force:
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder / f"{NAME}.cpp"
+    if not source.is_file() or source.read_text() != _SOURCE:
+        source.write_text(_SOURCE)  # rewriting the same text would make ninja recompile it
+    message = "paged_kv: building the C++ CPU decode kernel for this environment, once "
+    message += f"(about {BUILD_SECONDS} s"
+    message += "; `python -m paged_kv build` does it ahead of time)" if on_demand else ")"
+    with _progress(out, message), _quiet_torch_builder() as held:
+        try:
+            from torch.utils.cpp_extension import load
+
+            library = load(
+                name=NAME,
+                sources=[str(source)],
+                extra_cflags=CFLAGS,
+                extra_ldflags=LDFLAGS,
+                build_directory=str(folder),
+                is_python_module=False,  # a torch operator library: no pybind11 to compile
+                verbose=False,
+            )
+        except (ImportError, OSError, RuntimeError, subprocess.SubprocessError) as err:
+            text = str(err).strip() or type(err).__name__
+            log: Path | None = folder / "build.log"
+            try:
+                log.write_text("\n".join([text, *held]) + "\n")
+            except OSError:
+                log = None
+            raise BuildError(_first_error(text), log) from err
+    (folder / _BUILT).write_text(Path(library).name + "\n")
+    return Path(library)
+
+
+def _load(library: Path):
+    """Loads the library (once per process: a second load finds it loaded) and returns the
+    namespace of its operator, `paged_decode_f32`."""
+    torch.ops.load_library(str(library))
+    return torch.ops.paged_kv_cpu
+
+
+@functools.cache
+def _kernel():
+    """The kernel (`_kernel().paged_decode_f32`), loaded once per process, or None.
+
+    It loads this environment's build (see `build_dir`); if nothing built it yet (`python -m
+    paged_kv build` and the test session do), it builds it here, with a one-line notice on
+    stdout. A failed build warns once, naming the cause, and leaves the torch reference in charge.
+    """
+    try:
+        library = built_library() or build(out=sys.stdout, on_demand=True)
     except (ImportError, OSError, RuntimeError, subprocess.SubprocessError) as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        warnings.warn(f"the C++ CPU decode kernel did not build ({reason}); using the torch "
+        cause = str(err).strip() or type(err).__name__
+        warnings.warn(f"the C++ CPU decode kernel did not build ({cause}); using the torch "
                       "reference.", RuntimeWarning, stacklevel=3)  # fmt: skip
+        return None
+    try:
+        return _load(library)
+    except OSError as err:
+        warnings.warn(f"the C++ CPU decode kernel did not load ({err}); using the torch "
+                      f"reference. `python -m paged_kv build --force` rebuilds it.",
+                      RuntimeWarning, stacklevel=3)  # fmt: skip
         return None
 
 
