@@ -2,11 +2,15 @@
 
 Shows a live progress bar, then each request and a summary of what the cache did. The model
 is untrained (its text is noise); how the cache behaves is the point.
+
+`python -m paged_kv build` builds the C++ CPU attention kernel for this environment ahead of
+time (once; the notebooks and tests then load it), and says where it lives.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from paged_kv.cache.eviction import POLICIES
@@ -34,7 +38,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block")
     parser.add_argument("--eviction", choices=sorted(POLICIES), default="lru")
     parser.add_argument("--no-prefix-caching", action="store_true")
+    commands = parser.add_subparsers(dest="command", title="commands (none: run the demo)")
+    build_parser = commands.add_parser(
+        "build",
+        help="build the C++ CPU attention kernel for this environment, once",
+        description=build.__doc__,
+    )
+    build_parser.add_argument("--force", action="store_true", help="rebuild even if built")
     args = parser.parse_args(argv)
+    if args.command == "build":
+        sys.exit(build(force=args.force))
 
     engine = Engine(
         TinyLM(seed=0),
@@ -56,6 +69,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"\n{args.blocks} blocks of {args.block_size} tokens, {args.eviction} eviction")
     for name, value in engine.stats().summary().items():
         print(f"  {name:<36} {value:>8}")
+
+
+def build(force: bool = False) -> int:
+    """Builds the C++ CPU decode kernel into this environment's build folder (once per
+    environment, torch version and kernel source), so that no notebook cell or test has to.
+    Progress goes to stdout; a failure says why on stderr and exits with status 1."""
+    import torch
+
+    from paged_kv.attention import cpu_decode
+
+    folder = cpu_decode.build_dir()
+    print(f"C++ CPU decode kernel for torch {torch.__version__} in the environment {sys.prefix}")
+    print(f"  build folder: {folder}")
+    if not force and cpu_decode.built_library() is not None:
+        print("  already built (`python -m paged_kv build --force` rebuilds it)")
+        return 0
+    try:
+        library = cpu_decode.build(force=force, out=sys.stdout)
+    except cpu_decode.BuildError as err:
+        print(f"the kernel did not build: {err}", file=sys.stderr)
+        print(
+            "paged_decode will use the torch reference on the CPU; install a C++ compiler "
+            "(Debian/Ubuntu: apt-get install g++) and run this again.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"  built: {library}")
+    return 0
 
 
 if __name__ == "__main__":

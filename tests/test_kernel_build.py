@@ -1,0 +1,103 @@
+"""Building the C++ CPU decode kernel: nothing on stderr, even on a CUDA build of torch without a
+GPU (where torch's extension builder logs "No CUDA runtime is found" when it is imported); one
+build per environment, torch version and kernel source, in its own folder; `python -m paged_kv
+build` does it ahead of time, and a later process loads it without building.
+
+The build runs in subprocesses with a fresh, temporary build folder, so this test pays for one
+real build (about a minute on two cores) and never touches the environment's own folder.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A CUDA build of torch on a machine without a GPU, as torch's extension builder sees it: CUDA
+# compiled in, a CUDA_HOME (set in the environment below), no device. Applied before paged_kv
+# is imported, in each subprocess.
+CUDA_TORCH_WITHOUT_GPU = """
+import torch
+torch.cuda._is_compiled = lambda: True
+torch.version.cuda = "12.8"
+torch.cuda.is_available = lambda: False
+"""
+
+# What a notebook cell does: the first fp32 CPU `paged_decode` (builds the kernel if needed).
+USE_THE_KERNEL = (
+    CUDA_TORCH_WITHOUT_GPU
+    + """
+import sys
+from paged_kv.attention import cpu_decode, paged_decode, reference_decode
+from paged_kv.attention.testing import random_paged_batch
+
+q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(0), 3, 16, 2, 2, 64)
+out = paged_decode(q, k, v, tables, lens)
+assert cpu_decode.handles(q, k, v), "the C++ kernel is not in use"
+assert torch.allclose(out, reference_decode(q, k, v, tables, lens), rtol=1e-5, atol=1e-5)
+print("imported torch's extension builder:", "torch.utils.cpp_extension" in sys.modules)
+"""
+)
+
+# `python -m paged_kv build` in the same simulated environment.
+BUILD_COMMAND = (
+    CUDA_TORCH_WITHOUT_GPU
+    + """
+import runpy, sys
+sys.argv = ["python -m paged_kv", "build"]
+runpy.run_module("paged_kv", run_name="__main__", alter_sys=True)
+"""
+)
+
+
+def run(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.fixture
+def cuda_looking_env(tmp_path):
+    """A CUDA_HOME that exists (no GPU behind it) and fresh, empty build folders."""
+    (tmp_path / "cuda").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "MAX_JOBS")}
+    env.update(
+        CUDA_HOME=str(tmp_path / "cuda"),
+        TORCH_EXTENSIONS_DIR=str(tmp_path / "torch_extensions"),  # where torch builds by default
+        PAGED_KV_BUILD_DIR=str(tmp_path / "paged_kv_build"),
+    )
+    return env
+
+
+def test_the_kernel_builds_silently_once_and_later_processes_just_load_it(
+    cuda_looking_env, tmp_path
+):
+    first = run(USE_THE_KERNEL, cuda_looking_env)
+    assert first.returncode == 0, first.stderr
+    # A notebook cell's stderr: nbval fails a checked cell on any output there.
+    assert first.stderr == "", f"the kernel build wrote to stderr:\n{first.stderr}"
+    notice, *rest = first.stdout.splitlines()
+    assert "building the C++ CPU decode kernel" in notice and "python -m paged_kv build" in notice
+    assert rest == ["imported torch's extension builder: True"]
+
+    # The build is in the folder named by PAGED_KV_BUILD_DIR, under this environment's key.
+    built = list((tmp_path / "paged_kv_build").glob("*/paged_kv_cpu_decode*.so"))
+    assert len(built) == 1, sorted((tmp_path / "paged_kv_build").rglob("*"))
+
+    again = run(BUILD_COMMAND, cuda_looking_env)
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert "already built" in again.stdout and str(built[0].parent) in again.stdout
+
+    # A later process (another notebook's kernel) loads the build: no notice, no rebuild, and
+    # torch's extension builder is not even imported.
+    later = run(USE_THE_KERNEL, cuda_looking_env)
+    assert later.returncode == 0 and later.stderr == "", later.stderr
+    assert later.stdout.splitlines() == ["imported torch's extension builder: False"]
