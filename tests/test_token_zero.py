@@ -4,6 +4,7 @@ drop or refuse it."""
 
 from functools import cache
 
+import numpy as np
 import torch
 
 from paged_kv import KVCacheManager
@@ -46,6 +47,17 @@ def test_the_manager_stores_hashes_and_finds_zeros():
     assert m.stats().num_tokens == 26
 
 
+def test_zero_as_a_numpy_or_torch_integer_is_a_token_too():
+    m = KVCacheManager(16, 4)
+    m.add_sequence("np", np.zeros(5, dtype=np.int64))
+    m.add_sequence("torch", torch.tensor([0, 0, 0, 0, 7]))
+    m.add_sequence("mixed", [np.int32(0), 0, torch.tensor(0), 0, 1])
+    assert [m.token_ids(s)[:4] for s in m.sequence_ids] == [[0] * 4] * 3
+    assert m.num_cached_tokens("torch") == 4 and m.num_cached_tokens("mixed") == 4
+    m.append_tokens("np", [np.int64(0), torch.tensor(0)])
+    assert m.token_ids("np") == [0] * 7
+
+
 def test_zero_blocks_hash_differently_from_other_blocks_and_from_nothing():
     zeros = block_hashes([0] * 8, 4)
     assert len(zeros) == 2 and zeros[0] != zeros[1]
@@ -63,9 +75,10 @@ def test_the_byte_tokenizer_round_trips_the_nul_byte():
 
 def test_prompts_with_token_zero_are_served_like_any_other():
     prompts = [[0], [0, 0, 5], [7, 0, 0, 0, 0, 0, 0, 0, 0, 3]]
-    engine = Engine(model(), num_blocks=20, block_size=4)
-    out = engine.generate([*prompts, "a\x00b"], 6)
-    assert [c.prompt_ids for c in out] == [*prompts, [97, 0, 98]]
+    engine = Engine(model(), num_blocks=30, block_size=4)
+    arrays = [np.array([0, 0, 5]), torch.tensor([0])]
+    out = engine.generate([*prompts, "a\x00b", *arrays], 6)
+    assert [c.prompt_ids for c in out] == [*prompts, [97, 0, 98], [0, 0, 5], [0]]
     for completion in out:
         assert completion.token_ids == greedy_dense(model(), completion.prompt_ids, 6)
 
