@@ -1,7 +1,8 @@
 """Our KVCacheManager against the block managers of real servers, on one serving-like trace.
 
 Usage:
-    python bench/bench_peers.py [--nano-vllm PATH] [--runs N] [--quick] [--save]
+    python bench/bench_peers.py [--nano-vllm PATH] [--vllm PATH] [--runs N] [--quick]
+                                [--profile] [--save]
 
 The trace (seeded, built here): 2,000 requests; each is one of 20 system prompts of 512 tokens,
 chosen by a Zipf law (rank r with weight 1/r), followed by a question of 64 tokens of its own;
@@ -17,10 +18,12 @@ pool of 4,096 blocks (enough: nothing is preempted). The trace is one list of op
              `allocate`, then `hash_blocks` registers its full blocks (`postprocess`); a decoded
              token is appended to the `Sequence`, then `can_append` + `may_append` and
              `hash_blocks` once its key/value are computed; a finished one is `deallocate`d;
-  vLLM       vLLM v1's `BlockPool` with its SHA-256 block hashing, driven as its
-             `KVCacheManager` does (longest run of cached blocks, `touch`, `get_new_blocks`,
-             `cache_full_blocks`, `free_blocks` tail first), when `import vllm` works; otherwise
-             one line says it is skipped.
+  vLLM       vLLM v1's real `BlockPool` and block hashing (`sha256`, `hash_block_tokens` through
+             `get_request_block_hasher`), loaded from vLLM's sources given with `--vllm PATH`
+             (see `load_vllm`: no CUDA, no `import vllm`), or from an installed vLLM; driven
+             as its KVCacheManager and FullAttentionManager drive them (see `vllm_sessions`:
+             longest run of cached blocks, `touch`, `get_new_blocks`, `cache_full_blocks`,
+             `free_blocks` tail first). Without either, one line says it is skipped.
 
 Each replay starts from a fresh manager; its CPU time (`time.process_time_ns`) covers every
 add, append and free together, with the replay loop; the loop alone is timed too, as the floor.
@@ -28,15 +31,19 @@ The managers take turns run by run (the first of each run rotates), at least 5 r
 table gives the median ops/s with min–max and the interquartile range, the ratio of ours to
 each peer (median of the per-run ratios, and its min–max), and the share of prompt tokens
 each manager found in its prefix cache: they must agree (~0.88 here: 512 of 576 tokens hit
-once a system prompt is cached). JSON goes to bench/results/peers.json only with `--save`.
+once a system prompt is cached). A table by kind of operation follows (appends split by what
+they do to the last block), and `--profile` adds a cProfile of one replay per manager, by kind.
+JSON goes to bench/results/peers.json only with `--save`.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import importlib
-import inspect
+import logging
+import pstats
 import random
 import sys
 import time
@@ -203,119 +210,231 @@ def nano_vllm_sessions(block_manager_cls: type, sequence_cls: type) -> Callable[
     return session
 
 
+# Modules that vllm/v1/core/block_pool.py and kv_cache_utils.py import at their top but that
+# the replay never calls: name -> the names they must define. Each stands for something the
+# replay has switched off or never reaches (see load_vllm).
+_VLLM_STUBS: dict[str, tuple[str, ...]] = {
+    "vllm.config": ("VllmConfig",),  # only in annotations of config-time helpers
+    "vllm.distributed.kv_events": (  # KV events are off (enable_kv_cache_events=False)
+        "AllBlocksCleared",
+        "BlockRemoved",
+        "BlockStored",
+        "KVCacheEvent",
+    ),
+    "vllm.multimodal.utils": ("get_mm_features_in_window",),  # text only: no mm_features
+    "vllm.v1.core.kv_cache_metrics": ("KVCacheMetricsCollector",),  # no metrics collector
+    "vllm.v1.kv_cache_interface": (  # KV cache specs: config-time sizing only
+        "KVCacheConfig",
+        "KVCacheGroupSpec",
+        "KVCacheSpec",
+        "MambaSpec",
+        "UniformTypeKVCacheSpecs",
+        "iter_layer_specs",
+    ),
+    "vllm.v1.kv_cache_spec_registry": ("KVCacheSpecRegistry",),  # config-time lookup
+    "vllm.v1.request": ("Request",),  # annotations only: _VllmRequest plays the request
+    "vllm.v1.utils": ("tensor_data",),  # hashes prompt embeddings; there are none
+}
+# Packages whose __init__.py pulls torch-CUDA, transformers, zmq...: registered empty.
+_VLLM_PACKAGES = ("vllm", "vllm.v1", "vllm.v1.core", "vllm.utils", "vllm.distributed",
+                  "vllm.multimodal")  # fmt: skip
+
+
+class _NotLoaded:
+    """What a stub module exports: usable in annotations, fails loudly if ever called."""
+
+    def __init__(self, *_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a part of vLLM stubbed out by bench_peers.load_vllm was called")
+
+
+class VllmModules(NamedTuple):
+    version: str
+    block_pool_cls: type  # vllm.v1.core.block_pool.BlockPool
+    kv_cache_utils: types.ModuleType  # vllm.v1.core.kv_cache_utils
+    sha256: Callable[[object], bytes]  # vllm.utils.hashing.sha256
+
+
+def load_vllm(path: str) -> VllmModules:
+    """vLLM v1's `BlockPool`, its block-hash helpers and `sha256`, from the sources at `path`.
+
+    `path` is an unpacked vLLM (a checkout or a wheel's files: the folder holding `vllm/`).
+    `import vllm` would run vllm/__init__.py and with it CUDA torch, transformers and the
+    engine; the block pool needs none of them. So, as for nano-vllm, the packages on the way
+    (`vllm`, `vllm.v1`, `vllm.v1.core`, `vllm.utils`, `vllm.distributed`, `vllm.multimodal`)
+    are registered as empty modules whose `__path__` is the matching folder, and Python's
+    import system runs these real files, unchanged: v1/core/block_pool.py (BlockPool,
+    BlockHashToBlockMap), v1/core/kv_cache_utils.py (KVCacheBlock, FreeKVCacheBlockQueue,
+    hash_block_tokens, get_request_block_hasher, init_none_hash), utils/hashing.py (sha256:
+    pickle + SHA-256), utils/math_utils.py and envs.py (standard library only).
+
+    Stubbed, because those two files import them at the top but nothing the replay calls uses
+    them (each stub's names fail loudly if called; see `_VLLM_STUBS`):
+      - vllm.logger: `init_logger` is `logging.getLogger` (the real one reconfigures logging);
+      - vllm.distributed.kv_events: KV events are off (zmq and msgspec are not needed);
+      - vllm.config, vllm.v1.kv_cache_interface, vllm.v1.kv_cache_spec_registry: config
+        classes and KV-cache specs, used by the startup sizing helpers of kv_cache_utils;
+      - vllm.v1.request: `Request` appears in annotations; `_VllmRequest` has the fields the
+        hasher and `cache_full_blocks` read (the real one imports the sampling stack);
+      - vllm.multimodal.utils, vllm.v1.utils (`tensor_data`): multimodal and prompt-embedding
+        hashing, for requests that have neither here;
+      - vllm.v1.core.kv_cache_metrics: no metrics collector is passed;
+      - cbor2, only if it is not installed: utils/hashing.py imports it for `sha256_cbor`,
+        and the replay uses `sha256` (pickle).
+    Nothing of vLLM is copied into this repository.
+    """
+    root = Path(path).expanduser().resolve()
+    if root.name == "vllm" and (root / "v1" / "core" / "block_pool.py").is_file():
+        root = root.parent  # the package folder itself was given
+    package = root / "vllm"
+    if not (package / "v1" / "core" / "block_pool.py").is_file():
+        sys.exit(f"--vllm {path}: no vllm/v1/core/block_pool.py under it")
+    if "vllm" in sys.modules and not hasattr(sys.modules["vllm"], "__bench_stub__"):
+        sys.exit("--vllm: another vLLM is imported already; run without it")
+    for name in _VLLM_PACKAGES:
+        stub = types.ModuleType(name, f"{name} without its __init__ (see load_vllm)")
+        stub.__path__ = [str(package.joinpath(*name.split(".")[1:]))]
+        stub.__bench_stub__ = True
+        sys.modules[name] = stub
+    stubs = {name: dict.fromkeys(names, _NotLoaded) for name, names in _VLLM_STUBS.items()}
+    stubs["vllm.logger"] = {"init_logger": logging.getLogger}
+    stubs["vllm.distributed.kv_events"]["MEDIUM_GPU"] = "GPU"  # a default argument's value
+    try:
+        import cbor2  # noqa: F401
+    except ImportError:
+        stubs["cbor2"] = {}
+    for name, attributes in stubs.items():
+        stub = types.ModuleType(name, f"stub of {name} (see load_vllm)")
+        stub.__dict__.update(attributes)
+        sys.modules[name] = stub
+    version = importlib.import_module("vllm._version").__version__
+    block_pool = importlib.import_module("vllm.v1.core.block_pool")
+    kv_cache_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
+    hashing = importlib.import_module("vllm.utils.hashing")
+    return VllmModules(version, block_pool.BlockPool, kv_cache_utils, hashing.sha256)
+
+
+def import_installed_vllm() -> tuple[VllmModules | None, str]:
+    """The same pieces from an installed vLLM, or None and why it is skipped."""
+    try:
+        import vllm
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core import kv_cache_utils
+        from vllm.v1.core.block_pool import BlockPool
+    except ImportError as error:
+        return None, f"vLLM: no --vllm PATH given and no importable vLLM ({error}): skipped"
+    except Exception as error:  # a broken install (CUDA libraries, torch version)
+        return None, f"vLLM failed to import ({type(error).__name__}: {error}): skipped"
+    return VllmModules(vllm.__version__, BlockPool, kv_cache_utils, sha256), ""
+
+
 class _VllmRequest:
-    """What vLLM's `BlockPool.cache_full_blocks` reads of a `Request` (KV events off)."""
+    """The fields of vLLM's `Request` that its block hasher and `cache_full_blocks` read, for a
+    text-only request without LoRA, salt or prompt embeddings. As in `Request`, the hasher
+    runs at creation and after every appended token (`append_output_token_ids`), and
+    `block_hashes` only grows."""
 
-    __slots__ = ("all_token_ids", "block_hashes", "lora_request", "request_id")
+    __slots__ = ("_hasher", "all_token_ids", "block_hashes", "request_id")
+    mm_features = ()
+    lora_request = None
+    cache_salt = None
+    prompt_embeds = None
 
-    def __init__(self, request_id: int, token_ids: list[int]) -> None:
+    def __init__(self, request_id: int, token_ids: list[int], hasher: Callable) -> None:
         self.request_id = str(request_id)
         self.all_token_ids = list(token_ids)
         self.block_hashes: list = []
-        self.lora_request = None
+        self._hasher = hasher
+        self.block_hashes.extend(hasher(self))
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    def append_output_token_ids(self, token: int) -> None:
+        self.all_token_ids.append(token)
+        self.block_hashes.extend(self._hasher(self))
 
 
-def vllm_sessions() -> tuple[Callable[[], Session] | None, str]:
-    """Sessions on vLLM v1's BlockPool, or None and why it is skipped.
+def vllm_sessions(vllm: VllmModules) -> Callable[[], Session]:
+    """Sessions on vLLM v1's real `BlockPool`, each operation as vLLM v1 performs it for a
+    full-attention layer (one KV-cache group, block size = hash block size, no EAGLE, no KV
+    connector, KV events and metrics off).
 
-    Written against vLLM's API since request-side block hashing (v0.10.2 on, through the
-    `hash_block_size` argument of 2026): an older BlockPool is reported and skipped, not
-    guessed at. No vLLM was installed where this was written: this path has run only against
-    a stand-in with the signatures and semantics of vLLM's BlockPool (main of 2026 and v0.11),
-    not against vLLM itself.
+    add: `Request(...)` hashes the prompt's full blocks (`get_request_block_hasher` with
+      `sha256`, chained from NONE_HASH); `KVCacheManager.get_computed_blocks` ->
+      `FullAttentionManager.find_longest_cache_hit`: the longest run of
+      `BlockPool.get_cached_block` hits among the first (num_tokens - 1) // block_size hashes
+      (the last token is always computed); `allocate_slots`: blocks needed = cdiv(num_tokens,
+      block_size) - hits + hits that are eviction candidates (ref 0), refused if more than
+      `get_num_free_blocks`; `touch` the hits, `get_new_blocks` for the rest, then
+      `cache_blocks` -> `cache_full_blocks` for the full blocks after the hits.
+    append: `Request.append_output_token_ids` (the hasher returns early unless a block just
+      filled); `allocate_slots` for one token: `get_new_blocks(1)` when the token starts a
+      block; `cache_blocks` -> `cache_full_blocks` only when a hashed block became full.
+    free: `free_blocks` of the request's blocks in reverse (tail evicted first).
+
+    The Python glue between those calls in vLLM's KVCacheManager, coordinator and scheduler
+    (KVCacheBlocks objects, per-group loops, token counters) is not replayed, only the work
+    on the pool and the hashes: if anything, vLLM's figure is flattered.
     """
-    try:
-        import vllm
-    except ImportError:
-        return None, "vLLM is not installed: its BlockPool is skipped"
-    except Exception as error:  # a broken install (CUDA libraries, torch version)
-        return None, f"vLLM failed to import ({type(error).__name__}: {error}): skipped"
-    version = getattr(vllm, "__version__", "?")
-    try:
-        from vllm.v1.core import kv_cache_utils
-        from vllm.v1.core.block_pool import BlockPool
-
-        try:
-            from vllm.utils.hashing import sha256
-        except ImportError:
-            from vllm.utils import sha256
-    except ImportError as error:
-        return None, f"vLLM {version}: no v1 BlockPool ({error}): skipped"
-    cache_params = inspect.signature(BlockPool.cache_full_blocks).parameters
-    wanted = {"request", "blocks", "num_cached_blocks", "num_full_blocks", "block_size"}
-    if not wanted <= set(cache_params) or "block_hashes" in cache_params:
-        return None, f"vLLM {version}: BlockPool API older than this driver (v0.10.2+): skipped"
-    group = {"kv_cache_group_id": 0} if "kv_cache_group_id" in cache_params else {}
-    init_params = inspect.signature(BlockPool.__init__).parameters
-    pool_kwargs = {"hash_block_size": BLOCK_SIZE} if "hash_block_size" in init_params else {}
-    touch_takes_groups = "tuple" in str(inspect.signature(BlockPool.touch).parameters["blocks"])
-    if hasattr(kv_cache_utils, "init_none_hash"):
-        kv_cache_utils.init_none_hash(sha256)  # the seed of the first block's parent hash
-    hash_block_tokens = kv_cache_utils.hash_block_tokens
-
-    def chain(request: _VllmRequest) -> None:
-        """Hash the request's full blocks not hashed yet, as vLLM's request block hasher."""
-        hashes, tokens = request.block_hashes, request.all_token_ids
-        for i in range(len(hashes), len(tokens) // BLOCK_SIZE):
-            parent = hashes[-1] if hashes else None
-            parent = getattr(parent, "hash_value", parent)  # NamedTuple hashes before v0.11
-            block = tokens[i * BLOCK_SIZE : (i + 1) * BLOCK_SIZE]
-            hashes.append(hash_block_tokens(sha256, parent, block, None))
+    utils = vllm.kv_cache_utils
+    utils.init_none_hash(vllm.sha256)  # NONE_HASH, the first block's parent
+    hasher = utils.get_request_block_hasher(BLOCK_SIZE, vllm.sha256)
+    group = [0]  # the KV-cache group ids of a single full-attention group
 
     def session() -> Session:
-        # vLLM keeps block 0 as its null block: one more block gives it 4,096 usable ones.
-        pool = BlockPool(NUM_BLOCKS + 1, True, **pool_kwargs)
+        # Block 0 is vLLM's null block: one more block leaves 4,096 to allocate.
+        pool = vllm.block_pool_cls(NUM_BLOCKS + 1, True, hash_block_size=BLOCK_SIZE)
+        get_cached, free_count = pool.get_cached_block, pool.get_num_free_blocks
         state: dict[int, list] = {}  # request id -> [request, blocks, blocks cached]
         hits = [0]
 
+        def cache(st: list) -> None:  # SingleTypeKVCacheManager.cache_blocks
+            request, blocks, num_cached = st
+            num_full = min(request.num_tokens, len(request.block_hashes) * BLOCK_SIZE)
+            num_full //= BLOCK_SIZE
+            if num_cached < num_full:
+                pool.cache_full_blocks(
+                    request=request, blocks=blocks, num_cached_blocks=num_cached,
+                    num_full_blocks=num_full, block_size=BLOCK_SIZE, kv_cache_group_id=0,
+                )  # fmt: skip
+                st[2] = num_full
+
         def add_op(rid: int, prompt: list[int]) -> None:
-            request = _VllmRequest(rid, prompt)
-            chain(request)  # at request creation
-            found = []  # find_longest_cache_hit; the last prompt token is always computed
+            request = _VllmRequest(rid, prompt, hasher)
+            found = []  # find_longest_cache_hit, max length num_tokens - 1
             for block_hash in request.block_hashes[: (len(prompt) - 1) // BLOCK_SIZE]:
-                cached = pool.get_cached_block(block_hash, [0])
-                if cached is None:
+                cached = get_cached(block_hash, group)
+                if not cached:
                     break
                 found.append(cached[0])
             need = -(-len(prompt) // BLOCK_SIZE) - len(found)  # allocate_slots
             revived = sum(1 for b in found if b.ref_cnt == 0)
-            if need + revived > pool.get_num_free_blocks():
+            if need + revived > free_count():
                 raise RuntimeError("vLLM ran out of blocks: the trace must fit")
-            pool.touch((found,) if touch_takes_groups else found)
+            pool.touch(found)
             blocks = found + pool.get_new_blocks(need)
-            full = len(prompt) // BLOCK_SIZE
-            pool.cache_full_blocks(
-                request=request, blocks=blocks, num_cached_blocks=len(found),
-                num_full_blocks=full, block_size=BLOCK_SIZE, **group,
-            )  # fmt: skip
-            state[rid] = [request, blocks, full]
+            st = state[rid] = [request, blocks, len(found)]
+            cache(st)
             hits[0] += len(found) * BLOCK_SIZE
 
         def append_op(rid: int, tokens: list[int]) -> None:
             st = state[rid]
             request, blocks = st[0], st[1]
-            request.all_token_ids.append(tokens[0])  # append_output_token_ids
-            num_tokens = len(request.all_token_ids)
-            if num_tokens % BLOCK_SIZE == 0:
-                chain(request)  # ... which hashes a block the token completed
-            if num_tokens > len(blocks) * BLOCK_SIZE:  # allocate_slots for one token
-                if pool.get_num_free_blocks() < 1:
+            request.append_output_token_ids(tokens[0])
+            need = -(-request.num_tokens // BLOCK_SIZE) - len(blocks)  # allocate_slots
+            if need > 0:
+                if need > free_count():
                     raise RuntimeError("vLLM ran out of blocks: the trace must fit")
-                blocks.extend(pool.get_new_blocks(1))
-            full = num_tokens // BLOCK_SIZE
-            if full > st[2]:
-                pool.cache_full_blocks(
-                    request=request, blocks=blocks, num_cached_blocks=st[2],
-                    num_full_blocks=full, block_size=BLOCK_SIZE, **group,
-                )  # fmt: skip
-                st[2] = full
+                blocks.extend(pool.get_new_blocks(need))
+            cache(st)
 
         def free_op(rid: int) -> None:
             pool.free_blocks(reversed(state.pop(rid)[1]))  # the tail is evicted first
 
         return Session(add_op, append_op, free_op, lambda: hits[0])
 
-    return session, f"vLLM {version}"
+    return session
 
 
 def replay(open_session: Callable[[], Session], ops: list[Op]) -> tuple[int, int]:
@@ -334,13 +453,37 @@ def replay(open_session: Callable[[], Session], ops: list[Op]) -> tuple[int, int
     return elapsed, hit_tokens()
 
 
-def replay_by_kind(open_session: Callable[[], Session], ops: list[Op]) -> list[int]:
-    """Wall ns spent in adds, appends and frees (a clock read around each operation)."""
+# Operation kinds of the by-kind table: appends are split by what they do to the last block.
+KINDS = ("add", "append in a block", "append, new block", "append fills block", "free")
+
+
+def op_kinds(ops: list[Op]) -> list[int]:
+    """Each operation's index in KINDS (a single-token append that starts a block needs a new
+    one; one that completes a block registers it for prefix caching)."""
+    lengths: dict[int, int] = {}
+    kinds = []
+    for kind, rid, tokens in ops:
+        if kind == ADD:
+            lengths[rid] = len(tokens)
+            kinds.append(0)
+        elif kind == FREE:
+            kinds.append(4)
+        else:
+            lengths[rid] += 1
+            position = lengths[rid] % BLOCK_SIZE
+            kinds.append(2 if position == 1 else 3 if position == 0 else 1)
+    return kinds
+
+
+def replay_by_kind(
+    open_session: Callable[[], Session], ops: list[Op], kinds: list[int]
+) -> list[int]:
+    """Wall ns spent in each of KINDS (a clock read around each operation)."""
     s = open_session()
-    spent = [0, 0, 0]
+    spent = [0] * len(KINDS)
     clock = time.perf_counter_ns
     gc.collect()
-    for kind, rid, tokens in ops:
+    for (kind, rid, tokens), k in zip(ops, kinds, strict=True):
         start = clock()
         if kind == APPEND:
             s.append(rid, tokens)
@@ -348,8 +491,42 @@ def replay_by_kind(open_session: Callable[[], Session], ops: list[Op]) -> list[i
             s.add(rid, tokens)
         else:
             s.free(rid)
-        spent[kind] += clock() - start
+        spent[k] += clock() - start
     return spent
+
+
+def profile_by_kind(open_session: Callable[[], Session], ops: list[Op], top: int = 12) -> None:
+    """cProfile one replay, adds, appends and frees apart: the functions with the most own
+    time per operation, with their calls per operation. The profiler's cost per call inflates
+    the times of small functions; the call counts are exact."""
+    s = open_session()
+    fns = {ADD: s.add, APPEND: s.append}
+    profiles = {kind: cProfile.Profile() for kind in (ADD, APPEND, FREE)}
+    for kind, rid, tokens in ops:
+        profile = profiles[kind]
+        if kind == FREE:
+            profile.enable()
+            s.free(rid)
+            profile.disable()
+        else:
+            profile.enable()
+            fns[kind](rid, tokens)
+            profile.disable()
+    for kind, label in ((ADD, "add"), (APPEND, "append"), (FREE, "free")):
+        n = sum(1 for op in ops if op[0] == kind)
+        rows = sorted(
+            (
+                (own, total, calls, f"{Path(file).name}:{line}({fn})")
+                for (file, line, fn), (_, calls, own, total, _) in pstats.Stats(
+                    profiles[kind]
+                ).stats.items()  # type: ignore[attr-defined]
+                if fn != "<method 'disable' of '_lsprof.Profiler' objects>"
+            ),
+            reverse=True,
+        )
+        print(f"  {label} ({n:,} ops): calls/op, own µs/op, cumulative µs/op")
+        for own, total, calls, where in rows[:top]:
+            print(f"    {calls / n:8.2f} {own / n * 1e6:9.2f} {total / n * 1e6:9.2f}  {where}")
 
 
 def fmt_us(s: dict) -> str:
@@ -361,8 +538,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nano-vllm", metavar="PATH", help="a nano-vllm checkout to compare")
+    parser.add_argument(
+        "--vllm", metavar="PATH", help="vLLM's sources (the folder holding vllm/) to compare"
+    )
     parser.add_argument("--runs", type=int, default=7, help=f"runs per manager (>= {MIN_RUNS})")
     parser.add_argument("--quick", action="store_true", help="200 requests (smoke run)")
+    parser.add_argument(
+        "--profile", action="store_true", help="also cProfile one replay per manager, by kind"
+    )
     add_save_flag(parser, "peers")
     args = parser.parse_args()
     if args.runs < MIN_RUNS:
@@ -389,11 +572,14 @@ def main() -> None:
         sessions["nano-vllm BlockManager"] = nano_vllm_sessions(*load_nano_vllm(args.nano_vllm))
     else:
         print("nano-vllm: no --nano-vllm PATH given: skipped")
-    vllm, note = vllm_sessions()
-    if vllm is None:
-        print(note)
+    if args.vllm:
+        vllm = load_vllm(args.vllm)
     else:
-        sessions[f"{note} BlockPool"] = vllm
+        vllm, why = import_installed_vllm()
+        if vllm is None:
+            print(why)
+    if vllm is not None:
+        sessions[f"vLLM {vllm.version} BlockPool"] = vllm_sessions(vllm)
     sessions[FLOOR] = loop_only_session
 
     warm = ops[: len(ops) // 20]
@@ -451,20 +637,41 @@ def main() -> None:
         print(f"WARNING: the managers' prefix-hit fractions disagree: {fractions}")
 
     # Where the time goes: a clock read around every operation (its cost is in the floor row).
+    kinds = op_kinds(ops)
+    kind_counts = [kinds.count(k) for k in range(len(KINDS))]
     by_kind: dict[str, list[list[int]]] = {n: [] for n in names}
     for r in range(MIN_RUNS):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            by_kind[name].append(replay_by_kind(sessions[name], ops))
-    print(f"\nµs per operation by kind, median ({MIN_RUNS} more runs, wall clock per operation)")
-    print(f"{'manager':{width}} {'add':>22} {'append':>18} {'free':>20}")
-    per_kind = {}
-    for name in names:
-        per_kind[name] = {
-            kind: spread([run[k] / 1e3 / counts[k] for run in by_kind[name]])
-            for k, kind in enumerate(("add", "append", "free"))
+            by_kind[name].append(replay_by_kind(sessions[name], ops, kinds))
+    per_kind = {
+        name: {
+            kind: spread([run[k] / 1e3 / kind_counts[k] for run in by_kind[name]])
+            for k, kind in enumerate(KINDS)
         }
-        cells = [fmt_us(v) for v in per_kind[name].values()]
-        print(f"{name:{width}} {cells[0]:>22} {cells[1]:>18} {cells[2]:>20}")
+        for name in names
+    }
+    shown = [n for n in names if n != FLOOR]
+    print(
+        f"\nBy kind of operation ({MIN_RUNS} more runs in turn, a wall clock read around each"
+        " operation): µs per operation, median (min–max), and ms of the replay (median × count)"
+    )
+    print(f"{'kind':<19} {'count':>7}" + "".join(f" {n[:30]:>30}" for n in shown))
+    for k, kind in enumerate(KINDS):
+        cells = []
+        for name in shown:
+            v = per_kind[name][kind]
+            ms = v["median"] * kind_counts[k] / 1e3
+            cells.append(f"{v['median']:.2f} ({v['min']:.1f}–{v['max']:.1f}) {ms:4.0f} ms")
+        print(f"{kind:<19} {kind_counts[k]:>7,}" + "".join(f" {c:>30}" for c in cells))
+    floor = max(per_kind[FLOOR][kind]["median"] for kind in KINDS)
+    print(f"(the replay loop alone, clock reads included: at most {floor:.2f} µs per operation)")
+
+    if args.profile:
+        print("\ncProfile of one replay per manager, by operation (--profile):")
+        for name in names:
+            if name != FLOOR:
+                print(f"{name}:")
+                profile_by_kind(sessions[name], ops)
 
     save_or_say(
         args.save,
@@ -490,6 +697,7 @@ def main() -> None:
             "quick": args.quick,
             "rows": rows,
             "ours_over_peer_per_run_ratio": ratios,
+            "operations_by_kind": dict(zip(KINDS, kind_counts, strict=True)),
             "us_per_operation_by_kind": per_kind,
         },
     )
