@@ -38,3 +38,15 @@ class CacheBusy(PagedKVError):
 
 class InvalidBlock(PagedKVError, ValueError):
     """A block id is foreign to the pool, or the block is already free (double free)."""
+
+
+class CorruptBlock(PagedKVError, ValueError):
+    """A stored KV block failed verification (bad magic, checksum, length, or a foreign
+    model fingerprint or block hash); treat it as a miss and recompute the block.
+
+    `reason` names the check that failed ("truncated", "payload checksum", "foreign
+    fingerprint", ...), for counting."""
+
+    def __init__(self, message: str, *, reason: str = "corrupt") -> None:
+        super().__init__(message)
+        self.reason = reason

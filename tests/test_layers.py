@@ -16,16 +16,18 @@ import paged_kv
 PACKAGE = Path(paged_kv.__file__).parent
 
 # Lower numbers sit lower. Two parts on the same level (serving, study) must not import
-# each other; the package root and `__main__` sit above everything.
+# each other; the package root and `__main__` sit above everything. `tiers` (chapter 07)
+# stores blocks' K/V bytes below the device pool: above attention, used by serving.
 LAYERS = {
     "errors": 0,
     "validation": 1,
     "cache": 2,
     "attention": 3,
-    "serving": 4,
-    "study": 4,
-    "widgets": 5,
-    "course": 6,
+    "tiers": 4,
+    "serving": 5,
+    "study": 5,
+    "widgets": 6,
+    "course": 7,
 }
 
 

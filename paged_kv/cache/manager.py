@@ -92,6 +92,7 @@ class KVCacheManager:
         *,
         salt: Salt = None,
         extra_keys: Sequence[ExtraKey] = (),
+        num_loaded_tokens: int = 0,
     ) -> list[int]:
         """Start `seq_id` with its prompt; return its block table.
 
@@ -101,6 +102,10 @@ class KVCacheManager:
         A `TokenSequence` is adopted, not copied: its hashes are reused and the manager
         appends to it while the sequence lives. Raises `OutOfBlocks` if the rest does not
         fit, changing nothing.
+
+        `num_loaded_tokens` (whole blocks, right after the prefix hits, never the last token):
+        tokens whose K/V the caller loads from a lower tier into the new blocks before
+        computing; they count as cached tokens (chapter 07's tiered store).
         """
         if seq_id in self._seqs:
             raise DuplicateSequence(
@@ -110,6 +115,7 @@ class KVCacheManager:
         if not seq.token_ids:
             raise InvalidArgument(f"sequence {seq_id!r} needs at least one prompt token.")
         hit_blocks = self._prefix_hits(seq)
+        loaded = self._check_loaded(seq, len(hit_blocks), num_loaded_tokens)
         revived = sum(1 for b in hit_blocks if self.pool.ref_count(b) == 0)
         need = blocks_needed(len(seq), self.block_size) - len(hit_blocks)
         available = self.pool.num_available - revived
@@ -125,7 +131,7 @@ class KVCacheManager:
         entry = _SequenceEntry(seq, list(hit_blocks))
         hit_tokens = len(hit_blocks) * self.block_size
         grow_block_table(self.pool, entry.block_table, hit_tokens, len(seq) - hit_tokens)
-        seq.num_cached_tokens = hit_tokens
+        seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
         self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
@@ -344,6 +350,18 @@ class KVCacheManager:
                 "this TokenSequence is already live in a manager; fork it to share its blocks."
             )
         return token_ids
+
+    def _check_loaded(self, seq: TokenSequence, hit_blocks: int, num_loaded_tokens: int) -> int:
+        """`num_loaded_tokens` if it is whole blocks that end before the last prompt token."""
+        loaded = require_int("num_loaded_tokens", num_loaded_tokens)
+        room = ((len(seq) - 1) // self.block_size - hit_blocks) * self.block_size
+        if loaded % self.block_size or loaded > room:
+            raise InvalidArgument(
+                f"num_loaded_tokens={loaded}: loaded tokens must be whole blocks of "
+                f"{self.block_size} after the {hit_blocks} prefix-hit block(s), and at most "
+                f"{max(room, 0)} here (the last prompt token is always computed)."
+            )
+        return loaded
 
     def _grow_for_append(self, seq_id: SeqId, entry: _SequenceEntry, num_new: int) -> list[int]:
         """Blocks for an append that needs some: copy a shared last block, then grow."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -28,6 +28,10 @@ from paged_kv.serving.scheduler import (
     StepPlan,
 )
 from paged_kv.serving.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from paged_kv.cache.hashing import Salt
+    from paged_kv.tiers.store import TieredStore
 
 
 class Tokenizer(Protocol):
@@ -130,14 +134,24 @@ class Engine:
         max_running: int = 32,
         scheduler: type[Scheduler] = Scheduler,
         tokenizer: Tokenizer | None = None,
+        store: TieredStore | None = None,
     ) -> None:
         self.model = model
         self.manager = KVCacheManager(
             num_blocks, block_size, eviction=eviction, prefix_caching=prefix_caching
         )
         self.kv = model.kv_storage(num_blocks, block_size)
+        self.store, self.connector = store, None
+        if store is not None:  # chapter 07: load prefix blocks from lower tiers, save full ones
+            from paged_kv.tiers.connector import KVConnector, fingerprint_model
+
+            fingerprint = fingerprint_model(model, block_size)
+            self.connector = KVConnector(store, self.manager, self.kv, fingerprint)
         self.scheduler = scheduler(
-            self.manager, max_batch_tokens=max_batch_tokens, max_running=max_running
+            self.manager,
+            max_batch_tokens=max_batch_tokens,
+            max_running=max_running,
+            **({} if self.connector is None else {"loader": self.connector}),
         )
         byte_level = model.config.vocab_size == ByteTokenizer.vocab_size
         self.tokenizer = tokenizer or (ByteTokenizer() if byte_level else None)
@@ -148,10 +162,17 @@ class Engine:
 
     # -- requests in ---------------------------------------------------------------------
 
-    def add_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None) -> int:
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        *,
+        salt: Salt = None,
+    ) -> int:
         """Queue a request; return its id. A request that could never be served is refused
-        here with `InvalidArgument`, before it touches any queue."""
-        request = self._new_request(prompt, params or SamplingParams())
+        here with `InvalidArgument`, before it touches any queue. `salt` (e.g. the tenant)
+        keeps its prefix blocks from being shared with requests of another salt."""
+        request = self._new_request(prompt, params or SamplingParams(), salt=salt)
         self._enqueue(request)
         return request.request_id
 
@@ -164,6 +185,7 @@ class Engine:
         seed: int | None = None,
         stop_token_ids: Sequence[int] = (),
         progress: bool = False,
+        salt: Salt = None,
     ) -> list[Completion]:
         """Serve `prompts` together and return their completions in order.
 
@@ -181,6 +203,7 @@ class Engine:
                     tuple(stop_token_ids),
                 ),
                 request_id=self._next_id + i,
+                salt=salt,
             )
             for i, prompt in enumerate(prompts)
         ]
@@ -221,7 +244,11 @@ class Engine:
                 "waiting: the scheduler cannot make progress (a custom scheduler's bug?)."
             )
         self.kv.copy_blocks(self.manager.pop_block_copies())
+        if self.connector is not None:
+            self.connector.load_admitted(plan.chunks)  # loaded prefix blocks, before reading
         logits = self.model(self._forward_batch(plan), self.kv)
+        if self.connector is not None:
+            self.connector.save_computed(plan.chunks)  # blocks that became full this step
         self._record(plan)
         greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch
         for chunk, row, best in zip(plan.chunks, logits, greedy, strict=True):
@@ -249,6 +276,15 @@ class Engine:
             request.num_preemptions,
         )
 
+    def metrics_text(self) -> str:
+        """The Prometheus exposition of the prefix-cache and tier metrics (with store=)."""
+        metrics = None if self.store is None else self.store.metrics
+        if metrics is None:
+            raise InvalidArgument(
+                "this engine keeps no metrics: pass store=TieredStore([...]) (metrics on)."
+            )
+        return metrics.exposition()
+
     def stats(self) -> EngineStats:
         """Counters since the engine was made, with the cache's evictions so far."""
         return replace(
@@ -260,12 +296,16 @@ class Engine:
     # -- internals -----------------------------------------------------------------------
 
     def _new_request(
-        self, prompt: str | Sequence[int], params: SamplingParams, request_id: int | None = None
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        request_id: int | None = None,
+        salt: Salt = None,
     ) -> Request:
         if isinstance(prompt, str) and self.tokenizer is None:
             raise InvalidArgument("this engine has no tokenizer: pass token ids, or tokenizer=.")
         tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
-        seq = TokenSequence(tokens, vocab_size=self.model.config.vocab_size)
+        seq = TokenSequence(tokens, salt=salt, vocab_size=self.model.config.vocab_size)
         if not seq.token_ids:
             raise InvalidArgument("the prompt is empty; give at least one token.")
         capacity = self.manager.pool.num_blocks

@@ -12,6 +12,7 @@ import enum
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -165,6 +166,13 @@ class StepPlan:
         return work + (f"; preempted {preempted}" if preempted else "")
 
 
+class KVLoader(Protocol):
+    """Lower tiers below the device pool (chapter 07): after `device_hit_tokens` prefix hits,
+    how many more leading tokens of `sequence` can really be loaded (whole blocks)?"""
+
+    def loadable_tokens(self, sequence: TokenSequence, device_hit_tokens: int) -> int: ...
+
+
 class Scheduler:
     """Waiting and running queues over one `KVCacheManager`, stepped by the engine.
 
@@ -173,7 +181,12 @@ class Scheduler:
     """
 
     def __init__(
-        self, manager: KVCacheManager, *, max_batch_tokens: int = 512, max_running: int = 32
+        self,
+        manager: KVCacheManager,
+        *,
+        max_batch_tokens: int = 512,
+        max_running: int = 32,
+        loader: KVLoader | None = None,
     ) -> None:
         require_positive_int("max_batch_tokens", max_batch_tokens)
         require_positive_int("max_running", max_running)
@@ -183,6 +196,7 @@ class Scheduler:
                 "running request decodes a token each step, so raise the budget."
             )
         self.manager = manager
+        self.loader = loader  # prices and admits blocks loadable from lower tiers
         self.max_batch_tokens = max_batch_tokens
         self.max_running = max_running
         self.waiting: deque[Request] = deque()
@@ -223,11 +237,13 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_running:
             request = self.waiting[0]
             tokens = request.admission_sequence()
-            cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
+            hits = self.manager.num_prefix_hit_tokens(tokens)
+            loaded = 0 if self.loader is None else self.loader.loadable_tokens(tokens, hits)
+            cost = len(tokens) - hits - loaded
             if cost > plan.budget_left and plan.chunks:
                 return
             try:
-                self.manager.add_sequence(request.request_id, tokens)
+                self.manager.add_sequence(request.request_id, tokens, num_loaded_tokens=loaded)
             except OutOfBlocks:
                 return
             self.waiting.popleft()

@@ -1,0 +1,291 @@
+"""The tiered store: host memory, disk and Redis chained below the device pool.
+
+Read path: `load_run` finds the longest run of a prompt's blocks present across the tiers
+(fastest tier first, a block from whichever tier has it), fetches it, verifies every blob,
+and stops at the first block that is missing or bad; a bad blob is counted, deleted and
+treated as a miss. Blocks found below the host tier are copied up into it.
+
+Write path: `save` encodes each full block once; the host tier stores it synchronously
+(write-through); disk and Redis get it through one bounded background queue each, which
+drops work when full. A dropped write is a future miss, never a wrong hit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paged_kv.errors import CorruptBlock, InvalidArgument
+from paged_kv.tiers.base import NULL_RECORDER, Key, Recorder, Tier, TierStats
+from paged_kv.tiers.codec import BlobHeader, KeySpace, check_namespace, decode_blob, encode_blob
+from paged_kv.validation import require_positive_int
+
+
+@dataclass(frozen=True)
+class LoadedBlock:
+    """A verified block from a tier: where it came from, its blob and the payload in it."""
+
+    tier: str
+    block_hash: bytes
+    blob: bytes
+    header: BlobHeader
+    payload: memoryview
+
+
+def longest_run(keys: Sequence[Key], tiers: Sequence[Tier]) -> list[Tier]:
+    """The tier to read each block of the longest run of `keys` present in some tier,
+    starting at the first key: ask the tiers in order (fastest first) how many of the
+    remaining keys they hold from the front; take the first tier that has at least one,
+    and go on after them. Stop when no tier has the next key: the first gap ends the run,
+    even if later keys are present (without block i, blocks after it are useless).
+    """
+    sources: list[Tier] = []
+    while len(sources) < len(keys):
+        rest = keys[len(sources) :]
+        for tier in tiers:
+            n = tier.count_leading(rest)
+            if n:
+                sources += [tier] * n
+                break
+        else:
+            break  # no tier has the next block
+    return sources
+
+
+class TieredStore:
+    """`tiers` in the order to consult them (fastest first, e.g. host, disk, remote).
+
+    The host tier, if any, is written synchronously; every other tier through its own
+    background queue of at most `queue_blocks` blocks, written in batches of up to
+    `batch_blocks` (one pipeline or one directory sync per batch). `metrics=True` makes a
+    Prometheus `TierMetrics` with its own registry (pass one to share it, None for none).
+    """
+
+    def __init__(
+        self,
+        tiers: Sequence[Tier],
+        *,
+        namespace: str = "paged_kv",
+        queue_blocks: int = 1024,
+        batch_blocks: int = 64,
+        metrics: object = True,
+    ) -> None:
+        self.tiers = list(tiers)
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names) or not all(isinstance(t, Tier) for t in self.tiers):
+            raise InvalidArgument(
+                f"a store takes distinct Tier objects, at most one per kind; got {names}."
+            )
+        self.namespace = check_namespace(namespace)
+        if metrics is True:
+            from paged_kv.tiers.metrics import TierMetrics
+
+            metrics = TierMetrics()
+        self.metrics = metrics
+        recorder: Recorder = metrics if isinstance(metrics, Recorder) else NULL_RECORDER
+        self.recorder = recorder
+        for tier in self.tiers:
+            tier.recorder = recorder
+            recorder.up(tier.name, tier.is_up)
+            tier.report_usage()
+        self.host = next((t for t in self.tiers if t.name == "host"), None)
+        self._writers = [
+            _Writer(t, require_positive_int("queue_blocks", queue_blocks), batch_blocks)
+            for t in self.tiers
+            if t is not self.host
+        ]
+        for writer in self._writers:
+            writer.start()
+
+    def tier(self, name: str) -> Tier:
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise InvalidArgument(f"this store has no {name!r} tier; it has {self.tier_names}.")
+
+    @property
+    def tier_names(self) -> list[str]:
+        return [t.name for t in self.tiers]
+
+    def key_space(self, fingerprint: object) -> KeySpace:
+        """The keys of one model's blocks in this store's namespace."""
+        return KeySpace(self.namespace, fingerprint)  # type: ignore[arg-type]
+
+    # -- read path -------------------------------------------------------------------------
+
+    def count_run(self, space: KeySpace, block_hashes: Sequence[bytes]) -> int:
+        """How many leading blocks some tier holds (presence only, nothing verified)."""
+        return len(longest_run(space.keys(block_hashes), self.tiers))
+
+    def load_run(self, space: KeySpace, block_hashes: Sequence[bytes]) -> list[LoadedBlock]:
+        """The verified blocks of the longest run of `block_hashes` found in the tiers.
+
+        Stops at the first block missing everywhere, vanished since the lookup, or failing
+        verification (which is counted as corrupt on its tier and deleted there)."""
+        keys = space.keys(block_hashes)
+        sources = longest_run(keys, self.tiers)
+        fingerprint = space.fingerprint_digest
+        want_dtype, want_shape = space.fingerprint.dtype, space.fingerprint.payload_shape
+        loaded: list[LoadedBlock] = []
+        i = 0
+        while i < len(sources):
+            tier, j = sources[i], i
+            while j < len(sources) and sources[j] is tier:
+                j += 1
+            blobs = tier.get_many(keys[i:j])
+            for k, blob in zip(range(i, j), blobs, strict=True):
+                if blob is None:
+                    return self._promote(loaded, keys)
+                try:
+                    header, payload = decode_blob(
+                        blob, fingerprint=fingerprint, block_hash=block_hashes[k]
+                    )
+                    if header.dtype != want_dtype or header.shape != want_shape:
+                        raise CorruptBlock(
+                            f"a {header.dtype} {header.shape} block where the fingerprint "
+                            f"says {want_dtype} {want_shape}",
+                            reason="foreign layout",
+                        )
+                except CorruptBlock as err:
+                    tier.record_corrupt(err.reason)
+                    tier.delete([keys[k]])
+                    return self._promote(loaded, keys)
+                loaded.append(LoadedBlock(tier.name, block_hashes[k], blob, header, payload))
+            i = j
+        return self._promote(loaded, keys)
+
+    def _promote(self, loaded: list[LoadedBlock], keys: Sequence[Key]) -> list[LoadedBlock]:
+        """Copy blocks found below the host tier up into it (they were just used)."""
+        if self.host is not None:
+            lower = [(keys[i], b.blob) for i, b in enumerate(loaded) if b.tier != "host"]
+            if lower:
+                self.host.put_many(lower)
+        return loaded
+
+    # -- write path ------------------------------------------------------------------------
+
+    def save(
+        self,
+        space: KeySpace,
+        block_hashes: Sequence[bytes],
+        payloads: Sequence[bytes | memoryview],
+    ) -> None:
+        """Store full blocks (chain order): the host tier now, the others in the background."""
+        if len(block_hashes) != len(payloads):
+            raise InvalidArgument(
+                f"{len(block_hashes)} block hashes for {len(payloads)} payloads; pass one "
+                "payload per block."
+            )
+        if not block_hashes:
+            return
+        fp = space.fingerprint
+        digest = space.fingerprint_digest
+        keys = space.keys(block_hashes)
+        items = [
+            (key, encode_blob(p, dtype=fp.dtype, shape=fp.payload_shape, fingerprint=digest,
+                              block_hash=h))
+            for key, h, p in zip(keys, block_hashes, payloads, strict=True)
+        ]  # fmt: skip
+        if self.host is not None:
+            self.host.put_many(items)
+        for writer in self._writers:
+            writer.offer(items)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait (at most `timeout_s`) until every queued write is done; True if all are."""
+        deadline = time.monotonic() + timeout_s
+        return all(w.flush(max(0.0, deadline - time.monotonic())) for w in self._writers)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Finish queued writes (bounded by `timeout_s`), stop the writers, close the tiers."""
+        self.flush(timeout_s)
+        for writer in self._writers:
+            writer.stop(timeout_s)
+        for tier in self.tiers:
+            tier.close()
+
+    def __enter__(self) -> TieredStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, TierStats]:
+        return {t.name: t.stats() for t in self.tiers}
+
+    def queue_depths(self) -> dict[str, int]:
+        return {w.tier.name: w.depth for w in self._writers}
+
+    def __repr__(self) -> str:
+        return f"TieredStore({', '.join(map(repr, self.tiers))})"
+
+
+class _Writer(threading.Thread):
+    """A tier's background writer: a bounded queue, drained in batches by one thread."""
+
+    def __init__(self, tier: Tier, capacity: int, batch: int) -> None:
+        super().__init__(name=f"paged_kv-{tier.name}-writer", daemon=True)
+        self.tier = tier
+        self.capacity = capacity
+        self.batch = require_positive_int("batch_blocks", batch)
+        self._queue: deque[tuple[Key, bytes]] = deque()
+        self._queued: set[Key] = set()  # a block offered twice before it is written: once
+        self._busy = 0
+        self._stopped = False
+        self._cond = threading.Condition()
+
+    @property
+    def depth(self) -> int:
+        with self._cond:
+            return len(self._queue) + self._busy
+
+    def offer(self, items: Sequence[tuple[Key, bytes]]) -> None:
+        dropped = 0
+        with self._cond:
+            for key, blob in items:
+                if key in self._queued:
+                    continue
+                if len(self._queue) >= self.capacity or self._stopped:
+                    dropped += 1
+                    continue
+                self._queue.append((key, blob))
+                self._queued.add(key)
+            depth = len(self._queue)
+            self._cond.notify_all()
+        self.tier.record("put", "dropped", dropped)
+        self.tier.recorder.queue_depth(self.tier.name, depth)
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait(0.5)
+                if not self._queue:
+                    return  # stopped and drained
+                batch = [self._queue.popleft() for _ in range(min(self.batch, len(self._queue)))]
+                self._busy = len(batch)
+            try:
+                results = self.tier.put_many(batch)
+            except Exception:  # a tier bug must not kill the writer: count it, go on
+                results = [False] * len(batch)
+                self.tier.record("put", "error", len(batch))
+            with self._cond:
+                for (key, _), _ok in zip(batch, results, strict=True):
+                    self._queued.discard(key)
+                self._busy = 0
+                depth = len(self._queue)
+                self._cond.notify_all()
+            self.tier.recorder.queue_depth(self.tier.name, depth)
+
+    def flush(self, timeout_s: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout_s)
+
+    def stop(self, timeout_s: float) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self.join(timeout_s)
