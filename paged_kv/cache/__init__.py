@@ -16,6 +16,7 @@ from paged_kv.cache.eviction import (
     PolicySpec,
     make_policy,
 )
+from paged_kv.cache.eviction_modern import ARC, S3FIFO, FrequencySketch, WTinyLFU
 from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
 from paged_kv.cache.hashing import BlockHash, block_hashes, hash_block
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
@@ -26,10 +27,12 @@ from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
 from paged_kv.cache.usage import UsageStats
 
 __all__ = [
+    "ARC",
     "FIFO",
     "LFU",
     "LRU",
     "POLICIES",
+    "S3FIFO",
     "AgingLFU",
     "Allocation",
     "BlockHash",
@@ -38,6 +41,7 @@ __all__ = [
     "BlockState",
     "EvictionPolicy",
     "FifoFreeList",
+    "FrequencySketch",
     "HitRates",
     "KVCacheManager",
     "PackedPagesFreeList",
@@ -48,6 +52,7 @@ __all__ = [
     "SeqId",
     "TokenSequence",
     "UsageStats",
+    "WTinyLFU",
     "block_hashes",
     "blocks_needed",
     "copy_on_write",

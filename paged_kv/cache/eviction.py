@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from paged_kv.errors import InvalidArgument, InvalidBlock
 from paged_kv.validation import require_positive_int
@@ -19,6 +19,15 @@ class EvictionPolicy(ABC):
     """The interface the pool calls; subclass it to plug in your own policy."""
 
     name = "policy"
+    key_of: Callable[[int], Hashable] | None = None
+    """Set by whoever indexes the content (the manager binds its prefix index): the content a
+    block holds, e.g. its block hash. Policies that remember blocks after eviction (ghost
+    queues, frequency sketches) must key that memory by content, since a block id is reused
+    for other content. Unset, the block id is the key (a trace replay, where ids are content)."""
+
+    def content_key(self, block_id: int) -> Hashable:
+        """The key that names `block_id`'s content (see `key_of`)."""
+        return block_id if self.key_of is None else self.key_of(block_id)
 
     @abstractmethod
     def touch(self, block_id: int) -> None:
@@ -228,18 +237,34 @@ class AgingLFU(LFU):
 
 
 PolicySpec = str | EvictionPolicy | type[EvictionPolicy]
-"""How callers name a policy: "lru" / "lfu" / "lfu-aging" / "fifo", a class, or an instance."""
+"""How callers name a policy: a key of `POLICIES` ("lru", "s3fifo", ...), a class or an instance."""
+
+
+def _modern(class_name: str) -> Callable[[], EvictionPolicy]:
+    """A policy of eviction_modern.py, imported on first use (that module builds on this one)."""
+
+    def make() -> EvictionPolicy:
+        from paged_kv.cache import eviction_modern
+
+        return getattr(eviction_modern, class_name)()
+
+    make.__name__ = make.__qualname__ = class_name
+    return make
+
 
 POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "lru": LRU,
     "lfu": LFU,
     "lfu-aging": AgingLFU,
     "fifo": FIFO,
+    "s3fifo": _modern("S3FIFO"),
+    "w-tinylfu": _modern("WTinyLFU"),
+    "arc": _modern("ARC"),
 }
 
 
 def make_policy(policy: PolicySpec) -> EvictionPolicy:
-    """A policy from its name ("lru", "lfu", "lfu-aging", "fifo"), a class, or an instance."""
+    """A policy from its name (one of `POLICIES`), a class, or an instance."""
     if isinstance(policy, EvictionPolicy):
         return policy
     if isinstance(policy, type) and issubclass(policy, EvictionPolicy):

@@ -31,6 +31,7 @@ from paged_kv.study.trace_replay import (
 from paged_kv.study.workloads import (
     WORKLOADS,
     chat_sessions,
+    multi_turn_chat,
     prefixes_with_scans,
     shared_prefixes,
     shifting_popularity,
@@ -58,6 +59,7 @@ __all__ = [
     "chat_sessions",
     "decode_workload",
     "memory_waste_study",
+    "multi_turn_chat",
     "next_pow2",
     "prefixes_with_scans",
     "replay",

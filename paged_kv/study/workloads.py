@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int
 
 
@@ -133,10 +134,60 @@ def shifting_popularity(
     return trace
 
 
+def multi_turn_chat(
+    num_requests: int = 3000,
+    *,
+    num_system_prompts: int = 1000,
+    system_blocks: int = 4,
+    alpha: float = 1.0,
+    mean_turns: float = 4.0,
+    active_sessions: int = 8,
+    user_blocks: int = 1,
+    answer_blocks: int = 1,
+    seed: int = 0,
+) -> list[int]:
+    """Multi-turn chats over a long tail of system prompts, as block accesses.
+
+    Each session opens with one of `num_system_prompts` system prompts (Zipf with exponent
+    `alpha`: a few are everywhere, most belong to one small app and are seldom seen again) and
+    lasts a geometric number of turns (mean `mean_turns`). `active_sessions` sessions run at
+    once; each request is a turn of one of them, drawn at random. A turn reads the system
+    prompt and the session's whole history (earlier turns' blocks), then brings `user_blocks`
+    new blocks and its answer's `answer_blocks`, which the session's next turn reads again.
+    When a session ends, a new one opens. Recency (histories) and frequency (system prompts)
+    both matter here, with a long tail of one-off system prompts in between.
+    """
+    require_positive_int("num_requests", num_requests)
+    require_positive_int("active_sessions", active_sessions)
+    if not mean_turns >= 1:
+        raise InvalidArgument(f"mean_turns must be at least 1, got {mean_turns!r}.")
+    rng = np.random.default_rng(seed)
+    fresh = _Keys(num_system_prompts * system_blocks)
+    prompts = iter(_zipf_choices(rng, num_system_prompts, num_requests + active_sessions, alpha))
+
+    def open_session() -> tuple[list[int], int]:
+        first = int(next(prompts)) * system_blocks
+        turns = int(rng.geometric(1 / mean_turns))
+        return list(range(first, first + system_blocks)), turns
+
+    sessions = [open_session() for _ in range(active_sessions)]
+    trace: list[int] = []
+    for _ in range(num_requests):
+        s = int(rng.integers(active_sessions))
+        history, turns_left = sessions[s]
+        new = fresh.take(user_blocks + answer_blocks)
+        trace += history
+        trace += new
+        history = history + new
+        sessions[s] = (history, turns_left - 1) if turns_left > 1 else open_session()
+    return trace
+
+
 WORKLOADS = {
     "shared-prefixes": shared_prefixes,
     "prefixes+scans": prefixes_with_scans,
     "shifting-popularity": shifting_popularity,
+    "multi-turn-chat": multi_turn_chat,
 }
 
 
