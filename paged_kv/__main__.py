@@ -90,8 +90,8 @@ def build(force: bool = False) -> int:
     except cpu_decode.BuildError as err:
         print(f"the kernel did not build: {err}", file=sys.stderr)
         print(
-            "paged_decode will use the torch reference on the CPU; install a C++ compiler "
-            "(Debian/Ubuntu: apt-get install g++) and run this again.",
+            "paged_decode uses the torch reference on the CPU until this succeeds (the build "
+            "needs a C++ compiler: on Debian, apt-get install g++).",
             file=sys.stderr,
         )
         return 1

@@ -339,7 +339,7 @@ def built_library() -> Path | None:
 
 @contextlib.contextmanager
 def _quiet_torch_builder() -> Iterator[list[str]]:
-    """Holds back what torch's extension builder logs, and yields it as a list of lines.
+    """Holds back what torch's extension builder logs or warns, and yields it as a list of lines.
 
     torch logs to stderr, where a notebook cell shows it and nbval fails the cell: importing
     `torch.utils.cpp_extension` on a CUDA build of torch without a GPU logs "No CUDA runtime is
@@ -356,10 +356,13 @@ def _quiet_torch_builder() -> Iterator[list[str]]:
     propagate, logger.propagate = logger.propagate, False
     logger.addHandler(handler)
     try:
-        yield held
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield held
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+        held += [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
 def _first_error(text: str) -> str:
@@ -417,10 +420,13 @@ def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = F
     folder = build_dir()
     if force:
         shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, exist_ok=True)
     source = folder / f"{NAME}.cpp"
-    if not source.is_file() or source.read_text() != _SOURCE:
-        source.write_text(_SOURCE)  # rewriting the same text would make ninja recompile it
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not source.is_file() or source.read_text() != _SOURCE:
+            source.write_text(_SOURCE)  # rewriting the same text would make ninja recompile it
+    except OSError as err:
+        raise BuildError(f"cannot write the build folder {folder}: {err}", None) from err
     message = "paged_kv: building the C++ CPU decode kernel for this environment, once "
     message += f"(about {BUILD_SECONDS} s"
     message += "; `python -m paged_kv build` does it ahead of time)" if on_demand else ")"
@@ -450,9 +456,15 @@ def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = F
 
 
 def _load(library: Path):
-    """Loads the library (once per process: a second load finds it loaded) and returns the
-    namespace of its operator, `paged_decode_f32`."""
-    torch.ops.load_library(str(library))
+    """Loads the library and returns the namespace of its operator, `paged_decode_f32`.
+
+    Once per process: a second copy (another build folder) would register the operator again,
+    which torch refuses while the library initialises, ending the process.
+    """
+    try:
+        torch.ops.paged_kv_cpu.paged_decode_f32  # noqa: B018 - raises if not registered yet
+    except AttributeError:
+        torch.ops.load_library(str(library))
     return torch.ops.paged_kv_cpu
 
 
