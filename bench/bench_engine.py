@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import random
 import time
 import types
@@ -162,10 +163,13 @@ def engine_generate_runner(
     [new] = {n for _, n in requests}
 
     def serve() -> Run:
+        decode = {}
         if timer is not None:
             timer.reset()
+            if "attention" in inspect.signature(Engine).parameters:  # the engine's decode hook
+                decode["attention"] = timer.wrap(DECODE, model_module.paged_decode)
         start = time.perf_counter()
-        engine = Engine(model, **engine_args)
+        engine = Engine(model, **engine_args, **decode)
         with engine_phases(engine, timer) if timer is not None else contextlib.nullcontext():
             completions = engine.generate(prompts, new)
         seconds = time.perf_counter() - start
@@ -317,9 +321,10 @@ class PhaseTimer:
 
 
 OUTSIDE = "outside: setup, queueing or padding, loop"
+DECODE = "attention: paged_decode"
 PHASE_ORDER = (  # how table 4 lists the parts: the model, attention, then the rest
     "model, without attention",
-    "attention: paged_decode",
+    DECODE,
     "attention: paged_prefill",
     "attention: K/V writes, indexing",
     "attention: sdpa",
@@ -375,7 +380,7 @@ def engine_phases(engine: Engine, timer: PhaseTimer) -> contextlib.AbstractConte
         (engine, "_forward_batch", "batch building (ForwardBatch)"),
         (engine.model, "forward", "model, without attention"),
         (model_module, "attend_paged", "attention: K/V writes, indexing"),
-        (model_module, "paged_decode", "attention: paged_decode"),
+        (model_module, "paged_decode", DECODE),  # an engine without the attention= hook
         (model_module, "paged_prefill", "attention: paged_prefill"),
         (engine.kv, "copy_blocks", "attention: K/V writes, indexing"),
     ]
