@@ -142,7 +142,7 @@ class DiskTier(Tier):
         with self._lock:
             return len(self._index), self._index.used
 
-    def keys(self) -> list[Key]:
+    def stored_keys(self) -> list[Key]:
         with self._lock:
             return self._index.keys()
 

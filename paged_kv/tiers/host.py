@@ -76,6 +76,6 @@ class HostTier(Tier):
     def usage(self) -> tuple[int, int]:
         return len(self._data), self._index.used
 
-    def keys(self) -> list[Key]:
+    def stored_keys(self) -> list[Key]:
         with self._lock:
             return list(self._data)

@@ -1,0 +1,330 @@
+"""The Redis tier against real redis-server processes on 127.0.0.1 (acceptance tests 4-8 and
+10). Every server is started on a free port and stopped by process id at the end; the tests
+skip with the reason where redis-server is absent, and fail instead when CI=true."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from redis.crc import key_slot
+from tiers_helpers import (
+    BLOCK,
+    model,
+    question,
+    reference_tokens,
+    require_redis_server,
+    run_worker,
+    system_prompt,
+)
+
+from paged_kv.cache.hashing import block_hashes
+from paged_kv.errors import InvalidArgument
+from paged_kv.serving.engine import Engine
+from paged_kv.serving.scheduler import SamplingParams
+from paged_kv.tiers import (
+    KeySpace,
+    RedisClusterNodes,
+    RedisServer,
+    RedisTier,
+    TieredStore,
+    decode_blob,
+    fingerprint_model,
+)
+
+QUESTIONS = ("What is paging?", "Why blocks?", "Who evicts?", "When to preempt?")
+
+
+def space(seed: int = 0) -> KeySpace:
+    return KeySpace("paged_kv", fingerprint_model(model(seed), BLOCK))
+
+
+def prompt_keys(prompt: list[int], salt: str | None = None) -> list[str]:
+    return space().keys(block_hashes(prompt, BLOCK, salt=salt))
+
+
+def raw_client(server: RedisServer) -> redis.Redis:
+    return redis.Redis.from_url(server.url, socket_timeout=2)
+
+
+def serve(store: TieredStore, prompts: list[list[int]], new: int = 8, **engine_args):
+    """A fresh engine (empty device pool) on `store`; its tokens and its engine."""
+    engine = Engine(model(), num_blocks=64, block_size=BLOCK, store=store, **engine_args)
+    return [c.token_ids for c in engine.generate(prompts, new)], engine
+
+
+@pytest.fixture
+def redis_server(request):
+    """A fresh redis-server on 127.0.0.1 and a free port, stopped by pid at the end."""
+    require_redis_server()
+    server = RedisServer()
+    request.addfinalizer(server.close)
+    return server.start()
+
+
+@pytest.fixture
+def redis_cluster(request):
+    """Three cluster-enabled redis-servers on 127.0.0.1 joined into one cluster."""
+    require_redis_server()
+    cluster = RedisClusterNodes(3)
+    request.addfinalizer(cluster.close)
+    return cluster.start()
+
+
+@pytest.fixture
+def redis_factory(request):
+    """Start servers with options; every one is stopped by pid at teardown."""
+    require_redis_server()
+    servers = []
+
+    def start(**options) -> RedisServer:
+        server = RedisServer(**options)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+# -- the client wrapper ----------------------------------------------------------------------
+
+
+def test_redis_tier_answers_the_five_operations_with_pipelines(redis_server):
+    tier = RedisTier(redis_server.url)
+    keys = [f"t:{'a' * 32}:{i:064x}" for i in range(5)]
+    assert tier.put_many([(k, b"blob %d" % i) for i, k in enumerate(keys[:3])]) == [True] * 3
+    assert tier.count_leading(keys) == 3 and tier.contains(keys) == [True] * 3 + [False] * 2
+    assert tier.get_many([keys[1], keys[4]]) == [b"blob 1", None]
+    assert tier.delete([keys[0], keys[4]]) == 1 and tier.count_leading(keys) == 0
+    stats = tier.stats()
+    assert stats.count("put", "ok") == 3 and stats.count("get", "miss") == 1
+    assert stats.blocks == 3 and stats.used_bytes > 0 and stats.up
+    assert raw_client(redis_server).get(keys[2]) == b"blob 2"
+    tier.close()
+
+
+def test_keys_can_expire(redis_server):
+    tier = RedisTier(redis_server.url, ttl_s=0.2)
+    tier.put_many([("t:x", b"1")])
+    assert 0 < raw_client(redis_server).pttl("t:x") <= 200
+    deadline = time.monotonic() + 5
+    while tier.count_leading(["t:x"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tier.count_leading(["t:x"]) == 0
+
+
+def test_bad_redis_arguments_say_what_to_pass():
+    require_redis_server()
+    with pytest.raises(InvalidArgument, match="either url"):
+        RedisTier()
+    with pytest.raises(InvalidArgument, match="either url"):
+        RedisTier("redis://127.0.0.1:1/0", cluster_nodes=[("127.0.0.1", 1)])
+    with pytest.raises(InvalidArgument, match="redis://"):
+        RedisTier("http://127.0.0.1:6379")
+    with pytest.raises(InvalidArgument, match="socket_timeout"):
+        RedisTier("redis://127.0.0.1:1/0", socket_timeout=0)
+    with pytest.raises(InvalidArgument, match="ttl_s"):
+        RedisTier("redis://127.0.0.1:1/0", ttl_s=-1)
+
+
+def test_a_hung_server_costs_at_most_the_timeouts_until_the_breaker_opens(redis_server):
+    tier = RedisTier(
+        redis_server.url, socket_timeout=0.1, connect_timeout=0.1, failure_threshold=2,
+        cooldown_s=60,
+    )  # fmt: skip
+    keys = ["t:a", "t:b"]
+    tier.put_many([(k, b"v") for k in keys])
+    redis_server.pause()  # SIGSTOP: the socket stays open, nothing answers
+    try:
+        times = []
+        for _ in range(5):
+            began = time.perf_counter()
+            assert tier.count_leading(keys) == 0
+            times.append(time.perf_counter() - began)
+    finally:
+        redis_server.resume()
+    assert all(t < 1.0 for t in times[:2]), times  # each failure costs about socket_timeout
+    assert sum(times[2:]) < 0.05, "with the breaker open, calls are refused at once"
+    assert not tier.is_up and tier.stats().count("contains", "skipped") == 6
+    assert tier.endpoint_states() == {f"127.0.0.1:{redis_server.port}": "open"}
+
+
+# -- acceptance tests ------------------------------------------------------------------------
+
+
+def test_acceptance_4_two_processes_share_a_system_prompt_through_redis(redis_server):
+    system = system_prompt(192)
+    first = system + question("When does the library open on Sundays?")
+    second = system + question("Can I renew a loan online?")
+    a = run_worker("--prompts", json.dumps([first]), "--redis", redis_server.url)
+    assert a["flushed"] and a["tokens"] == reference_tokens([first], 8)
+    b = run_worker("--prompts", json.dumps([second]), "--redis", redis_server.url)
+    assert b["tokens"] == reference_tokens([second], 8)
+    assert b["hits"]["remote"] == 192, "the whole system prompt came from Redis"
+    assert b["computed"] == len(second) - 192, "only its own question was computed"
+
+
+def test_acceptance_5_another_salt_or_fingerprint_gets_no_remote_hits(redis_server):
+    prompt = system_prompt(128) + question("Where are the toilets?")
+    want = reference_tokens([prompt], 8)
+
+    def remote_hits(seed: int, salt: str | None) -> float:
+        store = TieredStore([RedisTier(redis_server.url)])
+        engine = Engine(model(seed), num_blocks=64, block_size=BLOCK, store=store)
+        tokens = engine.generate([prompt], 8, salt=salt)[0].token_ids
+        assert store.flush()
+        if seed == 0:
+            assert tokens == want[0]
+        hits = store.metrics.snapshot().hits["remote"]
+        store.close()
+        return hits
+
+    assert remote_hits(0, "tenant-a") == 0  # stores the blocks
+    assert remote_hits(0, "tenant-b") == 0, "another tenant's salt"
+    assert remote_hits(0, None) == 0, "no salt is a salt of its own"
+    assert remote_hits(1, "tenant-a") == 0, "another model's fingerprint (other weights)"
+    everything_but_the_tail = (len(prompt) - 1) // BLOCK * BLOCK
+    assert remote_hits(0, "tenant-a") == everything_but_the_tail, "the same tenant and model hit"
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_acceptance_6_redis_dies_mid_run_and_every_request_still_finishes(redis_server, fault):
+    prompts = [system_prompt(96) + question(q) for q in QUESTIONS] * 2
+    want = reference_tokens(prompts, 12)
+    tier = RedisTier(
+        redis_server.url, socket_timeout=0.1, connect_timeout=0.1, failure_threshold=2,
+        cooldown_s=0.5,
+    )  # fmt: skip
+    store = TieredStore([tier])
+    serve(store, prompts[:1], 12)  # Redis holds the system prompt's blocks
+    assert store.flush()
+    engine = Engine(model(), num_blocks=64, block_size=BLOCK, max_running=2, store=store)
+    stalls = []  # time the engine spends asking the tiers, after the fault
+    ask = engine.connector.loadable_tokens
+
+    def timed(sequence, hits):
+        began = time.perf_counter()
+        try:
+            return ask(sequence, hits)
+        finally:
+            if faulted_at is not None:
+                stalls.append(time.perf_counter() - began)
+
+    engine.connector.loadable_tokens = timed  # the scheduler asks through this
+    ids = [engine.add_request(p, SamplingParams(12)) for p in prompts]
+    faulted_at, steps = None, 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+        if steps == 3:
+            redis_server.kill() if fault == "kill" else redis_server.pause()
+            faulted_at = time.monotonic()
+    outage = time.monotonic() - faulted_at
+    try:
+        assert [engine.completion(i).token_ids for i in ids] == want
+        budget = tier.stall_budget_s(outage)
+        assert sum(stalls) <= budget + 0.3, f"stalled {sum(stalls):.2f} s, budget {budget:.2f} s"
+        assert len(stalls) >= 4, "requests were admitted during the outage"
+        assert not tier.is_up
+        assert store.metrics.value("paged_kv_tier_up", tier="remote") == 0
+    finally:
+        redis_server.start() if fault == "kill" else redis_server.resume()
+    time.sleep(0.6)  # one cooldown: the next call is the trial that finds Redis back
+    tokens, _ = serve(store, prompts[:1], 12)  # after a kill Redis is empty: this refills it
+    assert tokens == want[:1] and store.flush()
+    before = store.metrics.snapshot().hits["remote"]
+    tokens, _ = serve(store, prompts[1:2], 12)
+    assert tokens == want[1:2]
+    assert store.metrics.snapshot().hits["remote"] - before == 96, "remote hits resume"
+    assert tier.is_up and store.metrics.value("paged_kv_tier_up", tier="remote") == 1
+    store.close()
+
+
+def test_acceptance_7_a_flipped_bit_in_redis_is_counted_deleted_and_recomputed(redis_server):
+    prompt = system_prompt(128) + question("Fees?")
+    want = reference_tokens([prompt], 8)
+    store = TieredStore([RedisTier(redis_server.url)])
+    serve(store, [prompt])
+    assert store.flush()
+    key = prompt_keys(prompt)[3]
+    client = raw_client(redis_server)
+    value = bytearray(client.get(key))
+    value[len(value) // 2] ^= 0x20  # one bit of the payload
+    client.set(key, bytes(value))
+    tokens, engine = serve(store, [prompt])
+    assert tokens == want
+    assert store.metrics.snapshot().hits["remote"] == 3 * BLOCK, "the run stops at the bad block"
+    assert (
+        store.metrics.value(
+            "paged_kv_tier_corrupt_blocks_total", tier="remote", reason="payload checksum"
+        )
+        == 1
+    )
+    assert store.tier("remote").stats().count("delete", "ok") == 1
+    assert engine.stats().prefill_tokens_computed == len(prompt) - 3 * BLOCK
+    assert store.flush()  # the recomputed block went back to Redis, whole
+    decode_blob(
+        client.get(key), fingerprint=space().fingerprint_digest, block_hash=block_hashes(
+            prompt, BLOCK)[3]
+    )  # fmt: skip
+    store.close()
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "noeviction"])
+def test_acceptance_8_a_tiny_maxmemory_cuts_hits_at_the_first_missing_block(redis_factory, policy):
+    probe = redis_factory()
+    baseline = int(raw_client(probe).info("memory")["used_memory"])
+    # Room for about 30 blobs of 8 KiB with Redis's overheads (a pipeline's query buffer
+    # counts too): the prompt's 30 blocks do not all fit.
+    server = redis_factory(maxmemory=baseline + 300_000, policy=policy)
+    prompt = (system_prompt(192) * 3)[:480] + question("Is there a quiet room?")
+    want = reference_tokens([prompt], 8)
+    store = TieredStore([RedisTier(server.url)], batch_blocks=8)
+    tokens, _ = serve(store, [prompt])
+    assert tokens == want and store.flush()
+    keys = prompt_keys(prompt)[: (len(prompt) - 1) // BLOCK]
+    present = [bool(raw_client(server).exists(k)) for k in keys]
+    assert 0 < sum(present) < len(keys), present
+    leading = present.index(False)
+    tokens, _ = serve(store, [prompt])
+    assert tokens == want
+    assert store.metrics.snapshot().hits["remote"] == leading * BLOCK
+    if policy == "noeviction":  # Redis refused writes past its memory: errors, not raised
+        assert store.tier("remote").stats().count("put", "error") > 0
+    else:  # Redis evicted by sampling (approximated LRU / LFU), not the tails first
+        assert raw_client(server).info("stats")["evicted_keys"] > 0
+    store.close()
+
+
+def test_acceptance_10_a_three_node_cluster_spreads_blocks_and_survives_a_dead_node(
+    redis_cluster,
+):
+    prompt = (system_prompt(192) * 3)[:480] + question("Opening hours at Easter?")
+    want = reference_tokens([prompt], 8)
+    tier = RedisTier(
+        cluster_nodes=redis_cluster.startup_nodes, socket_timeout=0.2, connect_timeout=0.2
+    )
+    store = TieredStore([tier])
+    tokens, _ = serve(store, [prompt])
+    assert tokens == want and store.flush()
+    keys = prompt_keys(prompt)[: (len(prompt) - 1) // BLOCK]
+    nodes = [tier.node_of(k) for k in keys]
+    assert len(set(nodes)) == 3, "every node holds some of the prompt's blocks"
+    assert len({key_slot(k.encode()) for k in keys}) == len(keys), "no hash tag: spread slots"
+    assert all(tier.count_leading([k]) for k in keys)
+    dead = redis_cluster.nodes[1]
+    dead.kill()
+    dead_name = f"127.0.0.1:{dead.port}"
+    got = tier.get_many(keys)
+    assert [b is not None for b in got] == [n != dead_name for n in nodes]
+    tokens, _ = serve(store, [prompt])
+    assert tokens == want
+    leading = [n != dead_name for n in nodes].index(False)
+    remote = store.metrics.snapshot().hits["remote"]
+    assert remote == leading * BLOCK, "hits stop at the first block on the dead node"
+    assert tier.endpoint_states()[dead_name] in ("open", "closed")
+    assert [tier.count_leading([k]) for k in keys] == [int(n != dead_name) for n in nodes]
+    store.close()
