@@ -1,9 +1,11 @@
 """The attention layer (chapter 05): the KV storage tensors and the kernels that read them
 through block tables, never made contiguous.
 
-`paged_decode` runs the Triton kernel on CUDA tensors when triton is installed, the C++ kernel
-on fp32 CPU tensors when it builds, and the torch reference otherwise; `paged_prefill` handles
-new tokens attending to a cached prefix.
+`paged_decode` and `paged_prefill` dispatch: with `backend=None` (auto) decode runs the Triton
+kernels on CUDA tensors they take, the C++ kernel on fp32 CPU tensors when it builds, and the
+torch reference otherwise; prefill runs the Triton kernel on CUDA, the reference otherwise.
+`decode_backend` / `prefill_backend` say which path auto takes; asking for a backend that
+cannot take a call raises `InvalidArgument` with the reason.
 """
 
 from __future__ import annotations
@@ -12,12 +14,101 @@ import importlib.util
 
 import torch
 
-from paged_kv.attention.cpu_decode import cpu_paged_decode, handles
+from paged_kv.attention.cpu_decode import LANES, cpu_paged_decode, handles
 from paged_kv.attention.flashinfer import to_flashinfer
-from paged_kv.attention.reference import paged_prefill, reference_decode
+from paged_kv.attention.reference import _group, reference_decode
+from paged_kv.attention.reference import paged_prefill as reference_prefill
 from paged_kv.attention.storage import KVStorage, gather_kv, write_kv
+from paged_kv.attention.triton_shapes import triton_refusal
+from paged_kv.errors import InvalidArgument
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
+BACKENDS = ("triton", "cpu", "reference")
+
+
+def _refusal(
+    backend: str,
+    op: str,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    device: str | None = None,
+) -> str | None:
+    """Why `backend` cannot run `op` ("decode" or "prefill") on these tensors; None if it can."""
+    device = device or q.device.type
+    if backend == "reference":
+        return None
+    if backend == "triton":
+        if not HAS_TRITON:
+            return "triton is not installed (pip install 'paged_kv[triton]', Linux)"
+        return triton_refusal(q, k_cache, v_cache, device)
+    if op == "prefill":
+        return "there is no C++ prefill kernel"
+    tensors = (q, k_cache, v_cache)
+    if device != "cpu":
+        return f"the tensors are on {device}; the C++ kernel runs on the CPU"
+    if any(t.dtype != torch.float32 for t in tensors):
+        return "the C++ kernel takes fp32 only"
+    if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        return (
+            "shapes: q [batch, q_heads, head_dim], caches [blocks, block_size, kv_heads, head_dim]"
+        )
+    if q.shape[-1] != k_cache.shape[-1] or q.shape[-1] % LANES:
+        return (
+            f"head_dim {q.shape[-1]} is not a multiple of {LANES} (or q's differs from the cache's)"
+        )
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return "the caches are not contiguous"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "a gradient is wanted; the kernel has no backward (use torch.no_grad())"
+    if not handles(q, k_cache, v_cache):
+        return "the C++ kernel did not build here (no C++ compiler?)"
+    return None
+
+
+def decode_backend(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *, device: str | None = None
+) -> str:
+    """The path `paged_decode(..., backend=None)` takes: "triton", "cpu" or "reference".
+
+    `device` overrides the tensors' device type, to ask what a call of these shapes would do
+    elsewhere (e.g. meta tensors with device="cuda": nothing is allocated or launched).
+    """
+    device = device or q.device.type
+    if device == "cuda" and _refusal("triton", "decode", q, k_cache, v_cache, device) is None:
+        return "triton"
+    if device == "cpu" and _refusal("cpu", "decode", q, k_cache, v_cache, device) is None:
+        return "cpu"
+    return "reference"
+
+
+def prefill_backend(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *, device: str | None = None
+) -> str:
+    """The path `paged_prefill(..., backend=None)` takes: "triton" or "reference"."""
+    device = device or q.device.type
+    if device == "cuda" and _refusal("triton", "prefill", q, k_cache, v_cache, device) is None:
+        return "triton"
+    return "reference"
+
+
+def _chosen(backend: str | None, op: str, q, k_cache, v_cache) -> str:
+    """The backend to run: auto's choice, or the one asked for if it can take the call."""
+    choose = decode_backend if op == "decode" else prefill_backend
+    if backend is None:
+        return choose(q, k_cache, v_cache)
+    if backend not in BACKENDS:
+        raise InvalidArgument(
+            f"backend must be None (auto), 'triton', 'cpu' or 'reference'; got {backend!r}."
+        )
+    reason = _refusal(backend, op, q, k_cache, v_cache)
+    if reason is not None:
+        raise InvalidArgument(
+            f"backend={backend!r} cannot take this {op} call: {reason}. Pass backend=None to "
+            f"choose automatically ({choose(q, k_cache, v_cache)!r} here) or 'reference' (any "
+            "device and dtype)."
+        )
+    return backend
 
 
 def paged_decode(
@@ -27,28 +118,59 @@ def paged_decode(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float | None = None,
+    *,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Decode attention for a batch: q [batch, q_heads, dim] -> [batch, q_heads, dim].
 
-    See `reference_decode` for the shapes; the Triton kernel is used on CUDA when available,
-    the C++ kernel (`cpu_decode`) for fp32 on CPU when it builds.
+    See `reference_decode` for the shapes. `backend`: None (auto, see `decode_backend`),
+    "triton" (CUDA; the CPU too under TRITON_INTERPRET=1), "cpu" (the C++ kernel) or "reference".
     """
-    if q.is_cuda and HAS_TRITON:
+    _group(q.shape[1], k_cache.shape[2])
+    chosen = _chosen(backend, "decode", q, k_cache, v_cache)
+    if chosen == "triton":
         from paged_kv.attention.triton_decode import triton_paged_decode
 
         return triton_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
-    if handles(q, k_cache, v_cache):
+    if chosen == "cpu":
         return cpu_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
     return reference_decode(q, k_cache, v_cache, block_tables, seq_lens, scale)
 
 
+def paged_prefill(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_len: int,
+    scale: float | None = None,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """The last `q.shape[0]` tokens of a `seq_len`-token sequence attend causally to it.
+
+    See `reference.paged_prefill` for the shapes. `backend`: None (auto, see `prefill_backend`),
+    "triton" (CUDA; the CPU too under TRITON_INTERPRET=1) or "reference".
+    """
+    _group(q.shape[1], k_cache.shape[2])
+    if _chosen(backend, "prefill", q, k_cache, v_cache) == "triton":
+        from paged_kv.attention.triton_prefill import triton_paged_prefill
+
+        return triton_paged_prefill(q, k_cache, v_cache, block_table, seq_len, scale)
+    return reference_prefill(q, k_cache, v_cache, block_table, seq_len, scale)
+
+
 __all__ = [
+    "BACKENDS",
     "HAS_TRITON",
     "KVStorage",
+    "decode_backend",
     "gather_kv",
     "paged_decode",
     "paged_prefill",
+    "prefill_backend",
     "reference_decode",
+    "reference_prefill",
     "to_flashinfer",
     "write_kv",
 ]
