@@ -137,18 +137,19 @@ class BlockPool:
 
     def share(self, block_ids: Iterable[int]) -> None:
         """Add one reference to each block: in use, or cached (a hit that revives it)."""
-        ids = list(block_ids)
+        ids = [self._check_id(b) for b in block_ids]
+        refs, keeps = self._ref, self._keeps
         for block_id in ids:
-            if self.state(block_id) is BlockState.FREE:
+            if not refs[block_id] and not keeps[block_id]:
                 raise InvalidBlock(
                     f"block {block_id} is free, so it cannot be shared; allocate it first."
                 )
         for block_id in ids:
-            if self._ref[block_id] == 0:
+            if refs[block_id] == 0:
                 self.policy.revive(block_id)
-            if self._keeps[block_id]:
+            if keeps[block_id]:
                 self.policy.touch(block_id)
-            self._ref[block_id] += 1
+            refs[block_id] += 1
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
         """Drop one reference per id; return the blocks that lost their last reference.
@@ -157,6 +158,23 @@ class BlockPool:
         first: a double free or foreign id raises `InvalidBlock` and releases nothing.
         """
         ids = [self._check_id(b) for b in block_ids]
+        refs = self._ref
+        distinct = len(set(ids)) == len(ids)  # a block table: each id once
+        if not (distinct and all(refs[b] for b in ids)):
+            self._check_drops(ids)
+        unreferenced = []
+        for block_id in ids:
+            refs[block_id] -= 1
+            if refs[block_id] == 0:
+                if self._keeps[block_id]:
+                    self.policy.make_evictable(block_id)
+                else:
+                    self._put_free(block_id)
+                unreferenced.append(block_id)
+        return unreferenced
+
+    def _check_drops(self, ids: list[int]) -> None:
+        """Raise `InvalidBlock` if `ids` drops some block more often than it is referenced."""
         drops: dict[int, int] = {}
         for block_id in ids:
             drops[block_id] = drops.get(block_id, 0) + 1
@@ -166,16 +184,6 @@ class BlockPool:
                     f"block {block_id} has {self._ref[block_id]} reference(s) but release was "
                     f"asked to drop {times}: a double free. Release each reference once."
                 )
-        unreferenced = []
-        for block_id in ids:
-            self._ref[block_id] -= 1
-            if self._ref[block_id] == 0:
-                if self._keeps[block_id]:
-                    self.policy.make_evictable(block_id)
-                else:
-                    self._put_free(block_id)
-                unreferenced.append(block_id)
-        return unreferenced
 
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
