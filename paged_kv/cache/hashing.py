@@ -38,7 +38,8 @@ def hash_block(
     extra_keys: Sequence[ExtraKey] = (),
 ) -> BlockHash:
     """The chained hash of one full block. `parent` is None for the first block only."""
-    return _digest(_link(parent, salt), token_ids, _field(_encode(tuple(extra_keys))))
+    packed = struct.pack(f"<{len(token_ids)}q", *token_ids)
+    return _digest(_link(parent, salt), packed, _field(_encode(tuple(extra_keys))))
 
 
 def block_hashes(
@@ -53,12 +54,25 @@ def block_hashes(
 
     `parent` continues an existing chain: the hash of the block before `token_ids`.
     """
+    full = len(token_ids) // block_size * block_size
+    if not full:
+        return []
     extra = _field(_encode(tuple(extra_keys)))  # the same for every block: encode once
-    hashes: list[BlockHash] = []
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = _digest(_link(parent, salt), token_ids[start : start + block_size], extra)
+    packed = struct.pack(f"<{full}q", *token_ids[:full])  # every block's tokens, packed once
+    width, link, hashes = 8 * block_size, _link(parent, salt), []
+    for start in range(0, len(packed), width):
+        parent = _digest(link, packed[start : start + width], extra)
         hashes.append(parent)
+        link = b"\x01" + parent
     return hashes
+
+
+def namespace_key(salt: Salt, extra_keys: Sequence[ExtraKey] = ()) -> bytes:
+    """The canonical bytes of a salt and extra keys: sequences share blocks only within one.
+
+    The hash chain mixes salt and extra keys into its hashes; an index that keys blocks by
+    tokens instead (the radix tree) keeps one tree per namespace."""
+    return _field(_encode(check_salt(salt))) + _field(_encode(tuple(extra_keys)))
 
 
 def _link(parent: BlockHash | None, salt: Salt) -> bytes:
@@ -68,10 +82,9 @@ def _link(parent: BlockHash | None, salt: Salt) -> bytes:
     return b"\x01" + parent
 
 
-def _digest(link: bytes, token_ids: Sequence[int], extra: bytes) -> BlockHash:
-    """SHA-256 of domain, link, tokens (little-endian int64) and extra keys, in one call."""
-    tokens = struct.pack(f"<{len(token_ids)}q", *token_ids)
-    return hashlib.sha256(b"".join((DOMAIN, link, _field(tokens), extra))).digest()
+def _digest(link: bytes, packed_tokens: bytes, extra: bytes) -> BlockHash:
+    """SHA-256 of domain, link, tokens (little-endian int64, length-prefixed) and extra keys."""
+    return hashlib.sha256(b"".join((DOMAIN, link, _field(packed_tokens), extra))).digest()
 
 
 def _field(data: bytes) -> bytes:
