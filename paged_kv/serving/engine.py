@@ -7,7 +7,7 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -18,7 +18,7 @@ from paged_kv.cache.eviction import PolicySpec
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, PagedKVError
-from paged_kv.serving.model import ForwardBatch, SeqChunk, TinyLM
+from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
 from paged_kv.serving.scheduler import (
     Preemption,
     Request,
@@ -120,7 +120,16 @@ class EngineStats:
 class Engine:
     """A paged KV cache serving `model`: `generate` for whole batches, `add_request` and
     `step` to drive it yourself. A model with a 256-token vocabulary gets the byte tokenizer
-    unless told otherwise; pass a Hugging Face tokenizer for a Hugging Face model."""
+    unless told otherwise; pass a Hugging Face tokenizer for a Hugging Face model.
+
+    Each part can be your own (the course's capstone runs on the learner's parts):
+    `scheduler=` a `Scheduler` subclass; `eviction=` an `EvictionPolicy` class or instance;
+    `attention=` a decode function with `paged_decode`'s signature, `fn(q, k_cache, v_cache,
+    block_tables, seq_lens) -> out`, used for every decode (prefills keep `paged_prefill`);
+    `manager_factory=` what builds the manager, called as `manager_factory(num_blocks,
+    block_size, eviction=..., prefix_caching=...)`, e.g. `functools.partial(KVCacheManager,
+    pool=YourPool, block_hasher=..., prefix_lookup=..., allocate_table=...)`.
+    """
 
     def __init__(
         self,
@@ -135,11 +144,14 @@ class Engine:
         scheduler: type[Scheduler] = Scheduler,
         tokenizer: Tokenizer | None = None,
         store: TieredStore | None = None,
+        attention: DecodeAttention | None = None,
+        manager_factory: Callable[..., KVCacheManager] = KVCacheManager,
     ) -> None:
         self.model = model
-        self.manager = KVCacheManager(
+        self.manager = manager_factory(
             num_blocks, block_size, eviction=eviction, prefix_caching=prefix_caching
         )
+        self.attention = attention
         self.kv = model.kv_storage(num_blocks, block_size)
         self.store, self.connector = store, None
         if store is not None:  # chapter 07: load prefix blocks from lower tiers, save full ones
@@ -246,7 +258,11 @@ class Engine:
         self.kv.copy_blocks(self.manager.pop_block_copies())
         if self.connector is not None:
             self.connector.load_admitted(plan.chunks)  # loaded prefix blocks, before reading
-        logits = self.model(self._forward_batch(plan), self.kv)
+        batch = self._forward_batch(plan)
+        if self.attention is None:
+            logits = self.model(batch, self.kv)
+        else:
+            logits = self.model(batch, self.kv, decode=self.attention)
         if self.connector is not None:
             self.connector.save_computed(plan.chunks)  # blocks that became full this step
         self._record(plan)

@@ -21,6 +21,8 @@ from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+DecodeAttention = Callable[..., torch.Tensor]
+"""`fn(q, k_cache, v_cache, block_tables, seq_lens) -> out`, as `paged_decode`."""
 
 
 @dataclass(frozen=True)
@@ -123,18 +125,20 @@ def attend_paged(
     kv: KVStorage,
     layer: int,
     batch: ForwardBatch,
+    decode: DecodeAttention = paged_decode,
 ) -> torch.Tensor:
     """Write the new tokens' K/V into the cache, then let each query attend through its table.
 
     Every write of the layer happens before any read, so sequences admitted in the same step
-    can share prefix blocks that one of them is filling right now.
+    can share prefix blocks that one of them is filling right now. Decodes attend through
+    `decode` (yours, in the course's capstone), prefills through `paged_prefill`.
     """
     kv.write(layer, batch.slots, k, v)
     k_cache, v_cache = kv.k[layer], kv.v[layer]
     out = torch.empty_like(q)
     if len(batch.decode_rows):
         seqs = batch.decode_seqs
-        out[batch.decode_rows] = paged_decode(
+        out[batch.decode_rows] = decode(
             q[batch.decode_rows], k_cache, v_cache, batch.block_tables[seqs], batch.seq_lens[seqs]
         )
     for seq, start, end in batch.prefill_spans:
@@ -270,13 +274,15 @@ class TinyLM(nn.Module):
         )
 
     @torch.no_grad()
-    def forward(self, batch: ForwardBatch, kv: KVStorage) -> torch.Tensor:
+    def forward(
+        self, batch: ForwardBatch, kv: KVStorage, decode: DecodeAttention = paged_decode
+    ) -> torch.Tensor:
         """Write the batch's K/V into `kv`; return the logits of each sequence's last new
-        token, [num_sequences, vocab_size]."""
+        token, [num_sequences, vocab_size]. Decodes attend through `decode`."""
         hidden = self.run_layers(
             batch.token_ids,
             batch.positions,
-            lambda layer: partial(attend_paged, kv=kv, layer=layer, batch=batch),
+            lambda layer: partial(attend_paged, kv=kv, layer=layer, batch=batch, decode=decode),
         )
         return self.lm_head(self.norm(hidden[batch.last_rows]))
 
