@@ -33,6 +33,11 @@ from paged_kv.course.checks.ch06_serving_engine import (
     check_preemption,
     check_serves_like_dense,
 )
+from paged_kv.course.checks.ch07_beyond_one_process import (
+    check_blob_codec,
+    check_circuit_breaker,
+    check_longest_run,
+)
 from paged_kv.course.checks.support import CheckFailed, count_lines_executed
 
 __all__ = [
@@ -40,13 +45,16 @@ __all__ = [
     "check_admission",
     "check_aging",
     "check_allocate",
+    "check_blob_codec",
     "check_blocks_needed",
     "check_chained_hash",
+    "check_circuit_breaker",
     "check_constant_time_allocate",
     "check_copy_on_write",
     "check_free_pages",
     "check_grow_block_table",
     "check_lfu",
+    "check_longest_run",
     "check_lse_merge",
     "check_paged_decode",
     "check_policy_contract",
