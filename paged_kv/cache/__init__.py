@@ -22,6 +22,7 @@ from paged_kv.cache.hashing import BlockHash, block_hashes, hash_block
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.manager import KVCacheManager, SeqId
 from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.radix_cache import LeafFirst, RadixCache
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
 from paged_kv.cache.usage import UsageStats
@@ -44,11 +45,13 @@ __all__ = [
     "FrequencySketch",
     "HitRates",
     "KVCacheManager",
+    "LeafFirst",
     "PackedPagesFreeList",
     "PolicySpec",
     "PoolSnapshot",
     "PrefixCache",
     "PrefixHitCounter",
+    "RadixCache",
     "SeqId",
     "TokenSequence",
     "UsageStats",

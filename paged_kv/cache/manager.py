@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -18,10 +19,11 @@ from paged_kv.cache.block_table import (
     last_block_is_shared_and_partial,
     slot_mapping,
 )
-from paged_kv.cache.eviction import PolicySpec
+from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.hashing import ExtraKey, Salt
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.radix_cache import LeafFirst, RadixCache
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import PoolSnapshot
 from paged_kv.cache.usage import UsageStats
@@ -45,6 +47,7 @@ class _SequenceEntry:
     block_table: list[int]
     num_registered: int = 0  # full blocks already offered to the prefix cache
     forked: bool = False  # its last block may be shared since a fork: check before writing
+    index_path: object = None  # its locked path in a radix index (None for the hash chain)
 
 
 class KVCacheManager:
@@ -66,8 +69,10 @@ class KVCacheManager:
         eviction: PolicySpec = "lru",
         prefix_caching: bool = True,
         hit_rate_window: int = 100,
+        prefix_index: PrefixIndexName = "hash",
     ) -> None:
-        self.prefix_cache = PrefixCache() if prefix_caching else None
+        self.prefix_cache = _prefix_index(prefix_index, block_size) if prefix_caching else None
+        eviction = self._bind_policy(eviction, None)
         self.pool = BlockPool(
             num_blocks,
             block_size,
@@ -189,6 +194,8 @@ class KVCacheManager:
         child_seq._live = True
         parent.forked = True
         child = _SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
+        if isinstance(self.prefix_cache, RadixCache):
+            child.index_path = self.prefix_cache.share_path(parent.index_path)
         self._seqs[child_id] = child
         self._num_tokens += len(child_seq)
         self._table_blocks += len(child.block_table)
@@ -199,6 +206,8 @@ class KVCacheManager:
 
         An adopted `TokenSequence` goes back to its owner, who may append to it again."""
         entry = self._entry(seq_id)
+        if isinstance(self.prefix_cache, RadixCache):
+            self.prefix_cache.release_path(entry.index_path)
         self.pool.release(reversed(entry.block_table))
         self._num_tokens -= len(entry.seq)
         self._table_blocks -= len(entry.block_table)
@@ -392,12 +401,20 @@ class KVCacheManager:
         if self.prefix_cache is None:
             return []
         max_hits = (len(seq) - 1) // self.block_size  # the last token is computed
-        return self.prefix_cache.longest_prefix(seq.full_block_hashes(self.block_size)[:max_hits])
+        return self.prefix_cache.match(seq, max_hits)
 
     def _register_full_blocks(self, entry: _SequenceEntry) -> None:
         """Index the full blocks that filled since the last call and keep their content."""
         if self.prefix_cache is None:
             entry.num_registered = len(entry.seq) // self.block_size  # nothing to index
+            return
+        if isinstance(self.prefix_cache, RadixCache):  # the tree indexes tokens, not hashes
+            full = len(entry.seq) // self.block_size
+            kept, entry.index_path = self.prefix_cache.register_blocks(
+                entry.seq, entry.block_table, entry.num_registered, full, entry.index_path
+            )
+            self.pool.keep_content(kept)  # newly indexed; hits and duplicates are not
+            entry.num_registered = full
             return
         hashes = entry.seq.full_block_hashes(self.block_size)
         for i in range(entry.num_registered, len(hashes)):
@@ -407,6 +424,22 @@ class KVCacheManager:
             if self.prefix_cache.register(block, block_hash):
                 self.pool.keep_content([block])
         entry.num_registered = len(hashes)
+
+    def _bind_policy(self, eviction: PolicySpec, hooks: object) -> PolicySpec:
+        """The pool's policy, told what blocks hold (its ghosts and sketches key by content);
+        over a radix tree, made to evict leaves only."""
+        if self.prefix_cache is None:
+            return eviction
+        if isinstance(self.prefix_cache, RadixCache) and hooks is not None:
+            raise InvalidArgument(
+                "the learner hooks (block_hasher, prefix_lookup, allocate_table) are parts of "
+                "the hash chain; use them with prefix_index='hash'."
+            )
+        policy = make_policy(eviction)
+        if isinstance(self.prefix_cache, RadixCache):
+            policy = LeafFirst(policy, self.prefix_cache)
+        policy.key_of = self.prefix_cache.content_key
+        return policy
 
     def _entry(self, seq_id: SeqId) -> _SequenceEntry:
         try:
@@ -419,6 +452,21 @@ class KVCacheManager:
 
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"
+
+
+PrefixIndexName = Literal["hash", "radix"]
+
+
+def _prefix_index(name: PrefixIndexName, block_size: int) -> PrefixCache | RadixCache:
+    """The prefix index by name: vLLM's chained block hashes or SGLang's radix tree."""
+    if name == "hash":
+        return PrefixCache(block_size)
+    if name == "radix":
+        return RadixCache(block_size)
+    raise InvalidArgument(
+        f"prefix_index must be 'hash' (chained block hashes) or 'radix' (a radix tree of "
+        f"tokens), got {name!r}."
+    )
 
 
 def _preview(seqs: dict[SeqId, _SequenceEntry], limit: int = 5) -> str:

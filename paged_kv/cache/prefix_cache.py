@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paged_kv.cache.hashing import BlockHash
+from paged_kv.cache.sequence import TokenSequence
+from paged_kv.validation import require_positive_int
 
 
 class PrefixCache:
@@ -17,11 +19,59 @@ class PrefixCache:
     Two live blocks can hold the same content (two requests computed the same prefix before
     either registered it). The first registered keeps the hash; the second is not indexed,
     stays private to its sequence and is freed, not cached, when released.
+
+    The manager talks to its prefix index through `match`, `register_blocks`, `share_path`,
+    `release_path`, `forget` and `content_key`, which `RadixCache` implements too; `block_size`
+    is needed for those (the hash-level calls below work without it).
     """
 
-    def __init__(self) -> None:
+    name = "hash"
+
+    def __init__(self, block_size: int | None = None) -> None:
+        self.block_size = (
+            None if block_size is None else require_positive_int("block_size", block_size)
+        )
         self._block_of: dict[BlockHash, int] = {}
         self._hash_of: dict[int, BlockHash] = {}
+
+    # -- the prefix-index interface the manager uses --------------------------------------
+
+    def match(self, seq: TokenSequence, max_blocks: int) -> list[int]:
+        """Blocks of the longest cached run of `seq`'s full blocks, at most `max_blocks`."""
+        return self.longest_prefix(seq.full_block_hashes(self._size())[:max_blocks])
+
+    def register_blocks(
+        self, seq: TokenSequence, table: Sequence[int], start: int, end: int, path: None = None
+    ) -> tuple[list[int], None]:
+        """Index full blocks `start..end-1` of `seq`, held in `table`; return the blocks newly
+        indexed (the caller keeps their content) and the sequence's path (none here)."""
+        hashes = seq.full_block_hashes(self._size())
+        kept = []
+        for i in range(start, end):
+            block, block_hash = table[i], hashes[i]
+            if self._hash_of.get(block) == block_hash:
+                continue  # a prefix hit: indexed already
+            if self.register(block, block_hash):
+                kept.append(block)
+        return kept, None
+
+    def share_path(self, path: None) -> None:
+        """A fork shares its parent's path (the hash chain keeps none)."""
+        return None
+
+    def release_path(self, path: None) -> None:
+        """A sequence that held `path` is gone (the hash chain keeps no locks)."""
+
+    def content_key(self, block_id: int) -> BlockHash | None:
+        """What eviction policies remember a block's content by: its hash."""
+        return self._hash_of.get(block_id)
+
+    def _size(self) -> int:
+        if self.block_size is None:
+            raise TypeError("PrefixCache(block_size) is needed to match or register sequences.")
+        return self.block_size
+
+    # -- hash-level calls -----------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self._block_of)
