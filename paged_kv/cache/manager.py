@@ -7,9 +7,11 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from types import MappingProxyType
+from typing import Any, Literal
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -19,8 +21,9 @@ from paged_kv.cache.block_table import (
     last_block_is_shared_and_partial,
     slot_mapping,
 )
+from paged_kv.cache.caching_pool import CachingPool, RefCountedPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
-from paged_kv.cache.hashing import ExtraKey, Salt
+from paged_kv.cache.hashing import BlockHash, ExtraKey, Salt
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache
@@ -37,6 +40,14 @@ from paged_kv.errors import (
 from paged_kv.validation import require_int, require_token_ids
 
 SeqId = Hashable
+BlockHasher = Callable[..., Sequence[BlockHash]]
+"""`block_hasher(token_ids, block_size, salt=None)`: one chained hash per full block."""
+PrefixLookup = Callable[[Mapping[BlockHash, int], Sequence[BlockHash], int, int], Sequence[int]]
+"""`prefix_lookup(index, hashes, num_prompt_tokens, block_size)`: the blocks of the longest
+cached run of `hashes` from the start, never covering the prompt's last token."""
+TableAllocator = Callable[[Any, list[int], int], Sequence[int]]
+"""`allocate_table(pool, hit_blocks, num_blocks)`: a new table of `num_blocks` blocks, the hits
+(shared) first, all or nothing."""
 
 
 @dataclass(eq=False)
@@ -69,18 +80,32 @@ class KVCacheManager:
         eviction: PolicySpec = "lru",
         prefix_caching: bool = True,
         hit_rate_window: int = 100,
+        pool: Callable[[int, int], RefCountedPool] | None = None,
+        block_hasher: BlockHasher | None = None,
+        prefix_lookup: PrefixLookup | None = None,
+        allocate_table: TableAllocator | None = None,
         prefix_index: PrefixIndexName = "hash",
     ) -> None:
         self.prefix_cache = _prefix_index(prefix_index, block_size) if prefix_caching else None
-        eviction = self._bind_policy(eviction, None)
-        self.pool = BlockPool(
-            num_blocks,
-            block_size,
-            blocks_per_page=blocks_per_page,
-            allocation=allocation,
-            eviction=eviction,
-            on_evict=self.prefix_cache.forget if self.prefix_cache is not None else None,
-        )
+        eviction = self._bind_policy(eviction, block_hasher or prefix_lookup or allocate_table)
+        on_evict = self.prefix_cache.forget if self.prefix_cache is not None else None
+        if pool is None:
+            self.pool: BlockPool | CachingPool = BlockPool(
+                num_blocks,
+                block_size,
+                blocks_per_page=blocks_per_page,
+                allocation=allocation,
+                eviction=eviction,
+                on_evict=on_evict,
+            )
+        else:  # your own pool (chapter 01): cached blocks and eviction are layered on top
+            if blocks_per_page is not None or allocation != "fifo":
+                raise InvalidArgument("pages and the allocation order belong to the pool you pass.")
+            base = pool(num_blocks, block_size)
+            self.pool = CachingPool(
+                base, num_blocks, block_size, eviction=eviction, on_evict=on_evict
+            )
+        self._hooks = _Hooks(block_hasher, prefix_lookup, allocate_table, block_size)
         self.block_size = block_size
         self.hits = PrefixHitCounter(hit_rate_window)
         self._seqs: dict[SeqId, _SequenceEntry] = {}
@@ -124,7 +149,9 @@ class KVCacheManager:
         revived = sum(1 for b in hit_blocks if self.pool.ref_count(b) == 0)
         need = blocks_needed(len(seq), self.block_size) - len(hit_blocks)
         available = self.pool.num_available - revived
-        if need > available:
+        if self._hooks.allocate_table is not None:  # your all-or-nothing add (chapter 04)
+            table = self._hooks.table(self.pool, hit_blocks, need + len(hit_blocks))
+        elif need > available:
             hits = f" ({len(hit_blocks)} more are prefix hits)" if hit_blocks else ""
             raise OutOfBlocks(
                 f"sequence {seq_id!r} needs {need} new blocks{hits} but only {available} can "
@@ -132,10 +159,13 @@ class KVCacheManager:
                 requested=need,
                 available=available,
             )
-        self.pool.share(hit_blocks)  # in use now: the allocation below cannot evict them
-        entry = _SequenceEntry(seq, list(hit_blocks))
         hit_tokens = len(hit_blocks) * self.block_size
-        grow_block_table(self.pool, entry.block_table, hit_tokens, len(seq) - hit_tokens)
+        if self._hooks.allocate_table is not None:
+            entry = _SequenceEntry(seq, table)
+        else:
+            self.pool.share(hit_blocks)  # in use now: the allocation below cannot evict them
+            entry = _SequenceEntry(seq, list(hit_blocks))
+            grow_block_table(self.pool, entry.block_table, hit_tokens, len(seq) - hit_tokens)
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
         self._register_full_blocks(entry)
@@ -401,6 +431,8 @@ class KVCacheManager:
         if self.prefix_cache is None:
             return []
         max_hits = (len(seq) - 1) // self.block_size  # the last token is computed
+        if self._hooks.active:  # your hash or lookup (chapter 04)
+            return self._hooks.hits(self.prefix_cache, seq, max_hits)
         return self.prefix_cache.match(seq, max_hits)
 
     def _register_full_blocks(self, entry: _SequenceEntry) -> None:
@@ -416,7 +448,7 @@ class KVCacheManager:
             self.pool.keep_content(kept)  # newly indexed; hits and duplicates are not
             entry.num_registered = full
             return
-        hashes = entry.seq.full_block_hashes(self.block_size)
+        hashes = self._hooks.hashes(entry.seq)
         for i in range(entry.num_registered, len(hashes)):
             block, block_hash = entry.block_table[i], hashes[i]
             if self.prefix_cache.hash_of(block) == block_hash:
@@ -452,6 +484,71 @@ class KVCacheManager:
 
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"
+
+
+class _Hooks:
+    """Your own parts in the manager's place (chapter 04): the chained hash, the prefix lookup
+    and the all-or-nothing table allocation. Their results are checked before they are used,
+    so that a wrong part fails loudly, naming itself, instead of corrupting the cache."""
+
+    def __init__(
+        self,
+        block_hasher: BlockHasher | None,
+        prefix_lookup: PrefixLookup | None,
+        allocate_table: TableAllocator | None,
+        block_size: int,
+    ) -> None:
+        self.block_hasher, self.prefix_lookup = block_hasher, prefix_lookup
+        self.allocate_table, self.block_size = allocate_table, block_size
+        self.active = block_hasher is not None or prefix_lookup is not None
+        self._memo: weakref.WeakKeyDictionary[TokenSequence, list[BlockHash]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def hashes(self, seq: TokenSequence) -> list[BlockHash]:
+        """The chained hashes of `seq`'s full blocks, from `block_hasher` if there is one."""
+        if self.block_hasher is None:
+            return seq.full_block_hashes(self.block_size)
+        full = len(seq) // self.block_size
+        memo = self._memo.get(seq)
+        if memo is None or len(memo) != full:
+            if seq.extra_keys:
+                raise InvalidArgument("block_hasher does not take extra keys; pass none.")
+            memo = list(self.block_hasher(list(seq.token_ids), self.block_size, salt=seq.salt))
+            if len(memo) != full or not all(isinstance(h, bytes) for h in memo):
+                raise InvalidArgument(
+                    f"block_hasher returned {len(memo)} value(s) for {full} full block(s) of "
+                    f"{len(seq)} tokens; it must return one bytes hash per full block."
+                )
+            self._memo[seq] = memo
+        return memo
+
+    def hits(self, cache: PrefixCache, seq: TokenSequence, max_hits: int) -> list[int]:
+        """Blocks of the cached prefix: `prefix_lookup`'s answer, checked, or the library's."""
+        hashes = self.hashes(seq)
+        if self.prefix_lookup is None:
+            return cache.longest_prefix(hashes[:max_hits])
+        index = MappingProxyType(cache._block_of)  # read-only: a lookup changes nothing
+        blocks = list(self.prefix_lookup(index, list(hashes), len(seq), self.block_size))
+        want = cache.longest_prefix(hashes[:max_hits])
+        if blocks != want:
+            raise InvalidArgument(
+                f"prefix_lookup returned blocks {blocks} for a {len(seq)}-token prompt, but the "
+                f"longest cached run of its block hashes, never covering its last token, is "
+                f"{want}."
+            )
+        return blocks
+
+    def table(self, pool: Any, hit_blocks: list[int], num_blocks: int) -> list[int]:
+        """`allocate_table`'s new block table: the hits (shared) then fresh blocks."""
+        assert self.allocate_table is not None
+        table = list(self.allocate_table(pool, list(hit_blocks), num_blocks))
+        if len(table) != num_blocks or table[: len(hit_blocks)] != list(hit_blocks):
+            raise InvalidArgument(
+                f"allocate_table returned {table}: it must return {num_blocks} blocks, the "
+                f"hits {list(hit_blocks)} first."
+            )
+        return table
 
 
 PrefixIndexName = Literal["hash", "radix"]
