@@ -24,6 +24,7 @@ from paged_kv.serving.scheduler import (
     Request,
     RequestStatus,
     SamplingParams,
+    SchedulePolicy,
     Scheduler,
     StepPlan,
 )
@@ -128,7 +129,9 @@ class Engine:
     block_tables, seq_lens) -> out`, used for every decode (prefills keep `paged_prefill`);
     `manager_factory=` what builds the manager, called as `manager_factory(num_blocks,
     block_size, eviction=..., prefix_caching=...)`, e.g. `functools.partial(KVCacheManager,
-    pool=YourPool, block_hasher=..., prefix_lookup=..., allocate_table=...)`.
+    pool=YourPool, block_hasher=..., prefix_lookup=..., allocate_table=...)` (or
+    `prefix_index="radix"` for SGLang's radix tree). `schedule="longest_prefix"` admits waiting
+    requests longest cached prefix first (`Scheduler(policy=...)`).
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class Engine:
         store: TieredStore | None = None,
         attention: DecodeAttention | None = None,
         manager_factory: Callable[..., KVCacheManager] = KVCacheManager,
+        schedule: SchedulePolicy = "fcfs",
     ) -> None:
         self.model = model
         self.manager = manager_factory(
@@ -164,6 +168,7 @@ class Engine:
             max_batch_tokens=max_batch_tokens,
             max_running=max_running,
             **({} if self.connector is None else {"loader": self.connector}),
+            **({} if schedule == "fcfs" else {"policy": schedule}),
         )
         byte_level = model.config.vocab_size == ByteTokenizer.vocab_size
         self.tokenizer = tokenizer or (ByteTokenizer() if byte_level else None)

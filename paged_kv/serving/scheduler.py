@@ -9,17 +9,21 @@ recomputed from its tokens when it is admitted again.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, OutOfBlocks
-from paged_kv.validation import require_positive_int
+from paged_kv.validation import require_int, require_positive_int
+
+SchedulePolicy = Literal["fcfs", "longest_prefix"]
+"""The order waiting requests are admitted in: arrival, or longest cached prefix first."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Request:
         self.pending_token: int | None = None
         self.status = RequestStatus.WAITING
         self.num_preemptions = 0
+        self.arrival: int | None = None  # its place in arrival order, set by the scheduler
+        self.times_overtaken = 0  # later arrivals admitted while it waited (longest_prefix)
         self.generator = torch.Generator()
         if params.seed is None:
             self.generator.seed()
@@ -178,6 +184,9 @@ class Scheduler:
 
     `max_batch_tokens` caps the tokens computed per step (a request bigger than the whole
     budget runs alone in its step); `max_running` caps the requests running at once.
+    `policy="longest_prefix"` admits the waiting requests with the longest cached prefix first
+    (SGLang's cache-aware scheduling), each passed by at most `max_overtaken` later arrivals;
+    `"fcfs"` (the default) admits them in arrival order.
     """
 
     def __init__(
@@ -187,9 +196,19 @@ class Scheduler:
         max_batch_tokens: int = 512,
         max_running: int = 32,
         loader: KVLoader | None = None,
+        policy: SchedulePolicy = "fcfs",
+        max_overtaken: int = 8,
     ) -> None:
         require_positive_int("max_batch_tokens", max_batch_tokens)
         require_positive_int("max_running", max_running)
+        if policy not in ("fcfs", "longest_prefix"):
+            raise InvalidArgument(
+                f"policy must be 'fcfs' (arrival order) or 'longest_prefix' (SGLang's "
+                f"cache-aware order), got {policy!r}."
+            )
+        self.policy: SchedulePolicy = policy
+        self.max_overtaken = require_int("max_overtaken", max_overtaken)
+        self._arrivals = 0
         if max_running > max_batch_tokens:
             raise InvalidArgument(
                 f"max_running ({max_running}) > max_batch_tokens ({max_batch_tokens}): every "
@@ -205,15 +224,58 @@ class Scheduler:
 
     def add(self, request: Request) -> None:
         """Queue a new request behind the waiting ones."""
+        request.arrival, self._arrivals = self._arrivals, self._arrivals + 1
         self.waiting.append(request)
 
     def schedule(self) -> StepPlan:
         """Plan the next step: decode every running request, then admit waiting ones."""
         plan = StepPlan(self.step, self.max_batch_tokens)
         self.schedule_running(plan)
+        if self.policy == "longest_prefix":
+            self.order_waiting()
         self.admit_waiting(plan)
+        if self.policy == "longest_prefix":
+            self._count_overtakes(plan)
         self.step += 1
         return plan
+
+    def order_waiting(self) -> None:
+        """Reorder `waiting` longest cached prefix first (SGLang's LPM), within a bound.
+
+        Preempted requests stay first, as under FCFS. The others are placed, as far as this
+        step could admit, by prefix-cache hits (ties: arrival order), except that no request
+        may be passed by more than `max_overtaken` later arrivals in all: a request whose
+        allowance is spent is a wall that later arrivals cannot be placed ahead of. Costs one
+        prefix lookup per waiting request, and O(waiting x free running slots).
+        """
+        if len(self.waiting) < 2:
+            return
+        first = [r for r in self.waiting if r.num_preemptions]
+        rest = sorted((r for r in self.waiting if not r.num_preemptions), key=_arrival)
+        hits = {r.request_id: self.manager.num_prefix_hit_tokens(r.sequence) for r in rest}
+        slack = {r.request_id: self.max_overtaken - r.times_overtaken for r in rest}
+        placed = []
+        for _ in range(min(len(rest), max(0, self.max_running - len(self.running)))):
+            best = 0
+            for i, r in enumerate(rest):
+                if (hits[r.request_id], -i) > (hits[rest[best].request_id], -best):
+                    best = i
+                if slack[r.request_id] <= 0:
+                    break  # nobody who arrived after r may go before it
+            for r in rest[:best]:  # they arrived earlier and now stand behind it
+                slack[r.request_id] -= 1
+            placed.append(rest.pop(best))
+        self.waiting = deque(first + placed + rest)
+
+    def _count_overtakes(self, plan: StepPlan) -> None:
+        """Count, for each request still waiting, the later arrivals admitted this step
+        (readmissions of preempted requests do not count: FCFS puts them first too)."""
+        admitted = sorted(
+            _arrival(c.request) for c in plan.chunks if c.admitted and not c.request.num_preemptions
+        )
+        if admitted:
+            for request in self.waiting:
+                request.times_overtaken += len(admitted) - bisect_right(admitted, _arrival(request))
 
     def schedule_running(self, plan: StepPlan) -> None:
         """Each running request, oldest first, appends its pending token to the cache.
@@ -289,3 +351,8 @@ class Scheduler:
             else:
                 request.take_pending()
                 return True
+
+
+def _arrival(request: Request) -> int:
+    """Arrival order (a request queued without `Scheduler.add` counts as arriving first)."""
+    return -1 if request.arrival is None else request.arrival
