@@ -92,7 +92,7 @@ def test_everyone_is_served_and_no_one_passed_more_than_allowed(arrivals, max_ov
     )  # fmt: skip
     queue = [request(i, s, t) for i, (s, t) in enumerate(arrivals)]
     admitted: list[int] = []
-    for t in range(200):
+    for _step in range(200):
         for _ in range(burst + 1):  # a few arrivals per step
             if queue:
                 scheduler.add(queue.pop(0))
