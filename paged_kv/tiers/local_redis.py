@@ -8,6 +8,7 @@ CLUSTER MEET. Every wait is bounded in time.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -115,6 +116,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
+        atexit.register(self.stop)  # never outlive the Python process that started it
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -152,6 +154,7 @@ class RedisServer:
 
     def stop(self) -> None:
         """SIGTERM (SIGCONT first, in case it is paused), then SIGKILL after 5 s."""
+        atexit.unregister(self.stop)
         if self.process is None or self.process.poll() is not None:
             return
         self._signal(signal.SIGCONT)
