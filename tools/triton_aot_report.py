@@ -43,27 +43,24 @@ from paged_kv.attention.triton_shapes import (  # noqa: E402
 
 
 def table(rows: list[dict], targets: list[str]) -> str:
-    """One line per variant: registers/spill bytes per target, shared KB, warps."""
+    """One line per variant; per target: registers, spill bytes, shared KB. Then warps."""
     by_variant: dict[str, dict[str, dict]] = {}
     for row in rows:
         by_variant.setdefault(row["variant"], {})[row["target"]] = row
-    head = f"{'variant':<30}" + "".join(f"{t + ' regs/spill':>17}" for t in targets)
-    lines = [head + f"{'shared KB':>11}{'warps':>7}"]
+    head = f"{'variant':<28}" + "".join(f"{t + ' regs/spill/shared KB':>27}" for t in targets)
+    lines = [head + f"{'warps':>7}"]
     for name, per_target in by_variant.items():
-        cells, any_row = [], None
+        cells, warps = [], "-"
         for target in targets:
             row = per_target.get(target)
-            if row is None:
-                cells.append(f"{'-':>17}")
-            elif "error" in row:
-                cells.append(f"{'FAILED':>17}")
-            else:
-                any_row = row
-                spill = row["spill_stores"] + row["spill_loads"]
-                cells.append(f"{row['registers']:>11}/{spill:<5}")
-        shared = f"{any_row['shared_bytes'] / 1024:>11.1f}" if any_row else f"{'-':>11}"
-        warps = f"{any_row['num_warps']:>7}" if any_row else f"{'-':>7}"
-        lines.append(f"{name:<30}" + "".join(cells) + shared + warps)
+            if row is None or "error" in row:
+                cells.append(f"{'-' if row is None else 'FAILED':>27}")
+                continue
+            spill = row["spill_stores"] + row["spill_loads"]
+            cell = f"{row['registers']}/{spill}/{row['shared_bytes'] / 1024:.1f}"
+            cells.append(f"{cell:>27}")
+            warps = row["num_warps"]
+        lines.append(f"{name:<28}" + "".join(cells) + f"{warps:>7}")
     return "\n".join(lines)
 
 
