@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from paged_kv.cache.eviction import POLICIES, make_policy
 from paged_kv.cache.eviction_modern import ARC, S3FIFO, FrequencySketch, WTinyLFU, key_hash64
-from paged_kv.study.trace_replay import belady_hits, replay_trace
+from paged_kv.study.trace_replay import belady_hits, perfect_lfu_hits, replay_trace
 
 KEYS = range(8)
 OPS = st.lists(
@@ -454,3 +454,24 @@ def test_the_new_policies_are_registered_by_name():
     for name, cls in (("s3fifo", S3FIFO), ("w-tinylfu", WTinyLFU), ("arc", ARC)):
         assert name in POLICIES and isinstance(make_policy(name), cls)
         assert make_policy(name).name == name
+
+
+def perfect_lfu_by_definition(trace, capacity):
+    """Evict the cached block with the fewest accesses ever (ties: least recent), by scanning."""
+    count, last, hits = {}, {}, 0
+    for t, key in enumerate(trace):
+        count[key] = count.get(key, 0) + 1
+        if key in last:
+            hits += 1
+        elif len(last) >= capacity:
+            del last[min(last, key=lambda b: (count[b], last[b]))]
+        last[key] = t
+    return hits
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=200), st.integers(1, 8))
+def test_perfect_lfu_matches_its_definition_and_never_beats_belady(trace, capacity):
+    hits = perfect_lfu_hits(trace, capacity).hits
+    assert hits == perfect_lfu_by_definition(trace, capacity)
+    assert hits <= belady_hits(trace, capacity).hits

@@ -28,20 +28,18 @@ from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int
 
 _M64 = (1 << 64) - 1
+_SEED = 0x9E3779B97F4A7C15
 
 
 def key_hash64(key: Hashable) -> int:
-    """A 64-bit hash of a content key, the same in every process.
+    """A 64-bit hash of a content key, the same in every process for ints and bytes.
 
-    Block hashes (SHA-256 digests) are already uniform: their first 8 bytes. Ints (trace keys)
-    go through splitmix64's finaliser. Anything else falls back on Python's `hash()`."""
-    if isinstance(key, bytes) and len(key) >= 8:
+    Block hashes (SHA-256 digests) are already uniform: their first 8 bytes. Anything else is
+    mixed by hashing it in a tuple with a seed (CPython's tuple hash, xxHash-based, is the
+    same in every process for ints; for str keys it follows PYTHONHASHSEED)."""
+    if type(key) is bytes and len(key) >= 8:
         return int.from_bytes(key[:8], "little")
-    x = (key if isinstance(key, int) else hash(key)) & _M64
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
+    return hash((key, _SEED)) & _M64
 
 
 def _require_ratio(name: str, value: float) -> float:
@@ -191,7 +189,7 @@ class FrequencySketch:
     popularity fades. The sketch grows (doubling; counts start over) with the cache it serves.
     """
 
-    depth = 4
+    depth = 4  # rows (unrolled in increment and estimate)
     max_count = 15
     width_factor = 4
 
@@ -211,15 +209,19 @@ class FrequencySketch:
         door, dmask = self._door, self._door_mask
         d1, d2 = h1 & dmask, (h2 >> 1) & dmask
         bit1, bit2 = 1 << (d1 & 7), 1 << (d2 & 7)
-        if not (door[d1 >> 3] & bit1 and door[d2 >> 3] & bit2):
+        if door[d1 >> 3] & bit1 and door[d2 >> 3] & bit2:
+            rows, width, mask = self._rows, self.width, self.mask
+            for slot in (
+                h1 & mask,
+                width + ((h1 + h2) & mask),
+                2 * width + ((h1 + 2 * h2) & mask),
+                3 * width + ((h1 + 3 * h2) & mask),
+            ):
+                if rows[slot] < 15:
+                    rows[slot] += 1
+        else:  # first sighting since the last reset: the doorkeeper only
             door[d1 >> 3] |= bit1
             door[d2 >> 3] |= bit2
-        else:
-            rows, width, mask, top = self._rows, self.width, self.mask, self.max_count
-            for i in range(self.depth):
-                slot = i * width + ((h1 + i * h2) & mask)
-                if rows[slot] < top:
-                    rows[slot] += 1
         self._additions += 1
         if self._additions >= self.sample_size:
             self.reset()
@@ -227,8 +229,13 @@ class FrequencySketch:
     def estimate(self, key: Hashable) -> int:
         h = key_hash64(key)
         h1, h2 = h & 0xFFFFFFFF, (h >> 32) | 1
-        mask, rows, width = self.mask, self._rows, self.width
-        count = min(rows[i * width + ((h1 + i * h2) & mask)] for i in range(self.depth))
+        rows, width, mask = self._rows, self.width, self.mask
+        count = min(
+            rows[h1 & mask],
+            rows[width + ((h1 + h2) & mask)],
+            rows[2 * width + ((h1 + 2 * h2) & mask)],
+            rows[3 * width + ((h1 + 3 * h2) & mask)],
+        )
         door, dmask = self._door, self._door_mask
         d1, d2 = h1 & dmask, (h2 >> 1) & dmask
         return count + (door[d1 >> 3] >> (d1 & 7) & door[d2 >> 3] >> (d2 & 7) & 1)

@@ -82,6 +82,35 @@ def belady_hits(trace: Sequence[int], capacity: int) -> HitStats:
     return HitStats("belady", capacity, hits, len(trace) - hits)
 
 
+def perfect_lfu_hits(trace: Sequence[int], capacity: int) -> HitStats:
+    """LFU that never forgets: exact counts of every block ever seen, kept after eviction.
+
+    An online policy (it only knows the past) with unbounded memory and O(log n) per access:
+    a reference for how far frequency alone can take an online policy. On traces whose
+    popularity does not change, no practical policy learns frequencies better, so the gap
+    between it and Belady is the price of not knowing the future, not of a policy's design.
+    On a miss the victim is the cached block with the lowest count (ties: least recent).
+    """
+    require_positive_int("capacity", capacity)
+    count: dict[int, int] = {}
+    last: dict[int, int] = {}  # cached block -> time of its last access
+    heap: list[tuple[int, int, int]] = []  # (count, last access, block); stale entries skipped
+    hits = 0
+    for t, key in enumerate(trace):
+        count[key] = count.get(key, 0) + 1
+        if key in last:
+            hits += 1
+        elif len(last) >= capacity:
+            while True:
+                c, when, victim = heapq.heappop(heap)
+                if last.get(victim) == when and count[victim] == c:
+                    del last[victim]
+                    break
+        last[key] = t
+        heapq.heappush(heap, (count[key], t, key))
+    return HitStats("perfect-lfu", capacity, hits, len(trace) - hits)
+
+
 @dataclass(frozen=True)
 class CacheFrame:
     """The cache after one access of a trace replayed through a real `BlockPool`."""
