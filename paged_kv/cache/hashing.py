@@ -2,8 +2,9 @@
 
 hash(block i) = SHA-256(parent hash, the block's token ids, extra keys), and the first block
 also mixes in the request's salt. Equal hashes mean equal prefixes, in any process on any
-machine: the bytes hashed are a fixed encoding, never Python's `hash()` (which changes with
-PYTHONHASHSEED, and whose constant `hash(None)` once seeded a production server's chains).
+machine: the bytes hashed are a fixed encoding, never Python's `hash()` (randomised per
+process for str and bytes, colliding by design, e.g. hash(-1) == hash(-2), and constant for
+None since Python 3.12, which once let a production server's chains collide).
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Preemption:
-    """Request `request_id` lost its blocks at `step`; `num_tokens` will be recomputed."""
+    """Request `request_id` lost its blocks at `step` holding `num_tokens` tokens; on
+    readmission those still in the prefix cache are hits, only the rest is recomputed."""
 
     step: int
     request_id: int
