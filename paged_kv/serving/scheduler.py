@@ -294,7 +294,8 @@ class Scheduler:
     def admit_waiting(self, plan: StepPlan) -> None:
         """Admit waiting requests in arrival order while the step's budgets allow.
 
-        A request costs its tokens minus its prefix-cache hits; admission stops at the first
+        A request costs its tokens minus its prefix-cache hits (and minus the blocks its
+        `loader`, chapter 07's tiered store, can really load); admission stops at the first
         request that does not fit (no overtaking, so no request starves).
         """
         while self.waiting and len(self.running) < self.max_running:
