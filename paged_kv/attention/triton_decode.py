@@ -9,7 +9,8 @@ A second, small kernel merges the slices by their log-sum-exps and writes q's dt
 
 Which compiled variant a call needs is decided in `triton_shapes` (dtype, padded head dimension,
 block-size class); every size, stride and length is a runtime argument Triton does not
-specialise on, so that set is finite and compiled ahead of time in CI (tools/triton_aot.py).
+specialise on, so that set is finite and compiled ahead of time for GPU targets (triton_aot.py,
+run by tests/test_triton_aot.py and tools/triton_aot_report.py).
 On CPU the kernels run under TRITON_INTERPRET=1 (tests only).
 """
 

@@ -1,7 +1,7 @@
 """What the Triton kernels take, and which compiled variant ("specialisation") a call needs.
 
 Pure Python over shapes and dtypes (triton is not imported), so the dispatcher can decide before
-loading triton, and the ahead-of-time compile (tools/triton_aot.py, tests/test_triton_aot.py)
+loading triton, and the ahead-of-time compile (tools/triton_aot_report.py, tests/test_triton_aot.py)
 can list every variant the dispatcher can launch. A variant is fixed by four classes:
 
 - **dtype** of the caches: fp32, fp16 or bf16 (q must match);
