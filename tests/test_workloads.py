@@ -55,3 +55,21 @@ def test_chat_sessions_resend_the_history_and_share_system_prompts():
         for i, (p1, a1) in enumerate(requests)
     ]
     assert sum(extends) == 20  # two of every session's three turns are continued
+
+
+def test_multi_turn_chat_rereads_each_session_and_its_system_prompt():
+    from paged_kv.study.workloads import multi_turn_chat
+
+    trace = multi_turn_chat(
+        200, num_system_prompts=50, system_blocks=4, active_sessions=4, user_blocks=1,
+        answer_blocks=2, seed=3,
+    )  # fmt: skip
+    system = [k for k in trace if k < 50 * 4]
+    assert len(system) % 4 == 0 and len(set(system)) < len(system)  # prompts are shared
+    fresh = [k for k in trace if k >= 50 * 4]
+    assert sorted(set(fresh)) == list(range(200, 200 + 200 * 3))  # 3 new blocks per request
+    # Every new block but the last few sessions' is read again by its session's next turn.
+    reused = {k for k in fresh if fresh.count(k) > 1}
+    assert len(reused) > 0.5 * len(set(fresh))
+    with pytest.raises(Exception, match="mean_turns"):
+        multi_turn_chat(10, mean_turns=0.5)
