@@ -181,13 +181,15 @@ def replay_requests(
     num_blocks: int,
     block_size: int = 16,
     eviction: PolicySpec = "lru",
+    prefix_index: str = "hash",
 ) -> PrefillStats:
     """Serve (prompt, answer) requests one after another on a prefix-caching manager.
 
     Each prompt is added (reusing cached blocks), its answer appended, and the sequence
-    freed, so its blocks stay cached for later requests until evicted.
+    freed, so its blocks stay cached for later requests until evicted. `prefix_index` is
+    the manager's: "hash" (chained block hashes) or "radix" (a radix tree of tokens).
     """
-    manager = KVCacheManager(num_blocks, block_size, eviction=eviction)
+    manager = KVCacheManager(num_blocks, block_size, eviction=eviction, prefix_index=prefix_index)
     for i, (prompt, answer) in enumerate(requests):
         manager.add_sequence(i, prompt)
         manager.append_tokens(i, answer)
