@@ -74,6 +74,7 @@ class RedisServer:
         self.extra_args = extra_args
         self.dir = Path(tempfile.mkdtemp(prefix="paged_kv-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        atexit.register(self.close)  # never outlive the Python process that made it
 
     @property
     def url(self) -> str:
@@ -116,7 +117,6 @@ class RedisServer:
         self.process = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        atexit.register(self.stop)  # never outlive the Python process that started it
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -154,7 +154,6 @@ class RedisServer:
 
     def stop(self) -> None:
         """SIGTERM (SIGCONT first, in case it is paused), then SIGKILL after 5 s."""
-        atexit.unregister(self.stop)
         if self.process is None or self.process.poll() is not None:
             return
         self._signal(signal.SIGCONT)
@@ -169,6 +168,7 @@ class RedisServer:
 
     def close(self) -> None:
         """Stop the server and remove its directory."""
+        atexit.unregister(self.close)
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
