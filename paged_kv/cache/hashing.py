@@ -76,14 +76,6 @@ def namespace_key(salt: Salt, extra_keys: Sequence[ExtraKey] = ()) -> bytes:
     return _field(_encode(check_salt(salt))) + _field(_encode(tuple(extra_keys)))
 
 
-def namespace_key(salt: Salt, extra_keys: Sequence[ExtraKey] = ()) -> bytes:
-    """The canonical bytes of a salt and extra keys: sequences share blocks only within one.
-
-    The hash chain mixes salt and extra keys into its hashes; an index that keys blocks by
-    tokens instead (the radix tree) keeps one tree per namespace."""
-    return _field(_encode(check_salt(salt))) + _field(_encode(tuple(extra_keys)))
-
-
 def _link(parent: BlockHash | None, salt: Salt) -> bytes:
     """What ties a block to what precedes it: the salted root, or its parent's hash."""
     if parent is None:
