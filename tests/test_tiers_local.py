@@ -3,6 +3,7 @@ restarts and metrics (acceptance tests 2, 3 and 9; 7 on disk). No server needed.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import signal
@@ -480,9 +481,35 @@ def test_a_bfloat16_engine_stores_and_loads_its_blocks_exactly():
     assert fingerprint_model(bf16, BLOCK).dtype == "bfloat16"
 
 
-def test_an_engine_without_a_store_has_no_metrics_and_says_how_to_get_them():
+def test_an_engine_without_a_store_has_no_metrics_and_says_how_to_get_them(tmp_path):
     with pytest.raises(InvalidArgument, match="store="):
         Engine(model(), num_blocks=8).metrics_text()
+    with pytest.raises(InvalidArgument, match="TieredStore"):
+        Engine(model(), num_blocks=8, store=[HostTier(100)])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InvalidArgument, match="directory"):
+        DiskTier(tmp_path / "file")
+
+
+@pytest.mark.parametrize(
+    "engine_args",
+    [
+        {"prefix_caching": False},
+        {"manager_factory": functools.partial(KVCacheManager, prefix_index="radix")},
+        {"schedule": "longest_prefix"},
+    ],
+    ids=["no-device-prefix-cache", "radix-index", "longest-prefix-first"],
+)
+def test_tiers_work_with_every_prefix_index_and_schedule(engine_args):
+    prompts = PROMPTS * 2
+    store = TieredStore([HostTier(1 << 22)])
+    Engine(model(), num_blocks=64, block_size=BLOCK, store=store, **engine_args).generate(
+        prompts[:1], 2
+    )
+    engine = Engine(model(), num_blocks=14, block_size=BLOCK, max_running=4, store=store,
+                    **engine_args)  # fmt: skip
+    assert [c.token_ids for c in engine.generate(prompts, 12)] == reference_tokens(prompts, 12)
+    assert store.metrics.snapshot().hits["host"] > 0
 
 
 # -- acceptance tests 2, 3, 7 (disk) and 9 -----------------------------------------------

@@ -82,6 +82,11 @@ class KVConnector:
         *,
         staging_blocks: int = 256,
     ) -> None:
+        if not isinstance(store, TieredStore):
+            raise InvalidArgument(
+                f"store= takes a TieredStore, got {type(store).__name__}; e.g. "
+                "TieredStore([HostTier(1 << 30), DiskTier('kv-cache/')])."
+            )
         if fingerprint.block_size != manager.block_size:
             raise InvalidArgument(
                 f"the fingerprint's block size {fingerprint.block_size} differs from the "

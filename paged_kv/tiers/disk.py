@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from paged_kv.cache.eviction import PolicySpec
-from paged_kv.errors import CorruptBlock
+from paged_kv.errors import CorruptBlock, InvalidArgument
 from paged_kv.tiers.base import BudgetIndex, Key, Tier
 from paged_kv.tiers.codec import decode_blob, parse_key
 
@@ -47,6 +47,11 @@ class DiskTier(Tier):
     ) -> None:
         super().__init__("disk")
         self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise InvalidArgument(
+                f"the disk tier's root {str(self.root)!r} is a file; give it a directory "
+                "(it is created if missing)."
+            )
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self._index = BudgetIndex(capacity_bytes, eviction)
