@@ -83,6 +83,7 @@ class RadixCache:
         self._node_of: dict[int, RadixNode] = {}  # indexed block -> its node
         self._key_of: dict[int, int] = {}  # indexed block -> its content key
         self._root_key: dict[int, int] = {}  # id(root) -> the namespace's content key
+        self._labels: dict[bytes, str] = {}  # namespace -> how format_tree names it
 
     def __len__(self) -> int:
         """Number of blocks indexed."""
@@ -213,15 +214,26 @@ class RadixCache:
             stack += [(depth + 1, c) for c in reversed(list(node.children.values()))]
 
     def format_tree(self, max_tokens: int = 8) -> str:
-        """The tree as indented text: each edge's first tokens, blocks and lock."""
-        lines = []
-        for depth, node in self.nodes():
-            shown = " ".join(map(str, node.tokens[:max_tokens]))
-            more = " …" if len(node.tokens) > max_tokens else ""
-            lines.append(
-                f"{'   ' * (depth - 1)}└─ [{shown}{more}] ({len(node.tokens)} tokens) "
-                f"blocks {node.blocks} lock {node.lock}"
-            )
+        """The trees as indented text, one per namespace: each edge's first tokens, its
+        blocks and its lock."""
+        lines: list[str] = []
+
+        def draw(node: RadixNode, indent: str) -> None:
+            children = list(node.children.values())
+            for i, child in enumerate(children):
+                last = i == len(children) - 1
+                shown = " ".join(map(str, child.tokens[:max_tokens]))
+                more = " …" if len(child.tokens) > max_tokens else ""
+                lines.append(
+                    f"{indent}{'└─' if last else '├─'} [{shown}{more}] "
+                    f"({len(child.tokens)} tokens) blocks {child.blocks} lock {child.lock}"
+                )
+                draw(child, indent + ("   " if last else "│  "))
+
+        for key, root in self._roots.items():
+            if root.children:
+                lines.append(f"root {self._labels[key]}")
+                draw(root, "")
         return "\n".join(lines) if lines else "(empty)"
 
     # -- internals -----------------------------------------------------------------------
@@ -231,6 +243,8 @@ class RadixCache:
         root = self._roots.get(key)
         if root is None:
             root = self._roots[key] = RadixNode(None, [], [])
+            extra = f", extra keys {seq.extra_keys!r}" if seq.extra_keys else ""
+            self._labels[key] = f"(salt {seq.salt!r}{extra})"
             digest = hashlib.sha256(b"paged_kv.radix.v1" + key).digest()
             self._root_key[id(root)] = int.from_bytes(digest[:8], "little")
         return root
