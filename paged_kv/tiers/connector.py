@@ -167,6 +167,8 @@ class KVConnector:
 
     def save_computed(self, chunks: Sequence[Any]) -> None:
         """Hand the store every block whose last token was computed in this step."""
+        if not self.store.tiers:
+            return  # nowhere to save: skip reading the blocks
         bs = self.block_size
         hashes: list[bytes] = []
         block_ids: list[int] = []

@@ -179,7 +179,7 @@ class TieredStore:
                 f"{len(block_hashes)} block hashes for {len(payloads)} payloads; pass one "
                 "payload per block."
             )
-        if not block_hashes:
+        if not block_hashes or not self.tiers:
             return
         fp = space.fingerprint
         digest = space.fingerprint_digest
