@@ -92,6 +92,18 @@ def redis_factory(request):
 # -- the client wrapper ----------------------------------------------------------------------
 
 
+def test_a_missing_redis_server_skips_with_the_reason_but_fails_in_ci(monkeypatch):
+    import tiers_helpers
+
+    monkeypatch.setattr(tiers_helpers, "redis_server_path", lambda: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run them"):
+        tiers_helpers.require_redis_server()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install redis-server"):
+        tiers_helpers.require_redis_server()
+
+
 def test_redis_tier_answers_the_five_operations_with_pipelines(redis_server):
     tier = RedisTier(redis_server.url)
     keys = [f"t:{'a' * 32}:{i:064x}" for i in range(5)]

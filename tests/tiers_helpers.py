@@ -71,6 +71,7 @@ def run_worker(*args: str, timeout: float = 180) -> dict:
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},  # a tiny model: threads only contend
     )
     assert done.returncode == 0, f"worker failed:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
