@@ -1,6 +1,6 @@
 """Manager operations as data, so a workload can be replayed, stepped and drawn.
 
-An operation is `Add`, `Append` or `Free`; `replay` applies a list to a manager and keeps a
+An operation is `Add`, `Append`, `Free` or `Fork`; `replay` applies a list to a manager and keeps a
 snapshot after every step (the stepper widget and the tests both use it).
 """
 
@@ -54,7 +54,21 @@ class Free:
         return f"free {self.seq_id!r}"
 
 
-Operation = Add | Append | Free
+@dataclass(frozen=True)
+class Fork:
+    """Start `child_id` sharing every block of `parent_id` (parallel sampling, beam search)."""
+
+    parent_id: SeqId
+    child_id: SeqId
+
+    def apply(self, manager: KVCacheManager) -> None:
+        manager.fork(self.parent_id, self.child_id)
+
+    def describe(self) -> str:
+        return f"fork {self.parent_id!r} into {self.child_id!r}"
+
+
+Operation = Add | Append | Free | Fork
 
 
 def replay(manager: KVCacheManager, ops: Iterable[Operation]) -> list[PoolSnapshot]:

@@ -1,25 +1,38 @@
-"""Pure HTML renderers of the views: a snapshot or a replay frame in, an HTML string out.
+"""Pure HTML renderers of the pool: a snapshot in, an HTML string out.
 
-The widgets only choose which state to render; tests read these strings directly.
+The widgets only choose which state to render; tests read these strings directly. Every
+element that holds text carries its own ink (see `theme`), and the whole picture sits on its
+own card, so a dark page theme cannot wash it out. Above `COMPACT_ABOVE` blocks the grid turns
+compact: small squares without text, several pages per row, so 512 blocks fit one screen.
 """
 
 from __future__ import annotations
 
-import html
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
 from paged_kv.study.trace_replay import CacheFrame
+from paged_kv.widgets.theme import (
+    INK,
+    MUTED,
+    OUTLINE_CHANGED,
+    OUTLINE_HIT,
+    OUTLINE_MISS,
+    STATE_STYLES,
+    card,
+    count_colour,
+    esc,
+    flex,
+    legend,
+    swatch,
+    text_on,
+)
 
-# How each kind of block looks. Colour is doubled by a border style and a glyph, so the
-# states stay distinguishable in greyscale and for colour-blind readers.
-STYLES: dict[str, dict[str, str]] = {
-    "free": {"fill": "#ffffff", "border": "1px dotted #9e9e9e", "label": "free", "glyph": "·"},
-    "in_use": {"fill": "#90caf9", "border": "2px solid #1565c0", "label": "in use", "glyph": "1"},
-    "shared": {"fill": "#ce93d8", "border": "3px double #6a1b9a", "label": "shared", "glyph": "×n"},
-    "cached": {"fill": "#ffe082", "border": "2px dashed #ef6c00", "label": "cached", "glyph": "C"},
-}
-HIGHLIGHT_OUTLINE = "3px solid #d50000"
+STYLES = STATE_STYLES  # the name earlier chapters import
+HIGHLIGHT_OUTLINE = OUTLINE_CHANGED
+COMPACT_ABOVE = 128
+CELL = 34  # px, a block in the full grid
+SMALL = 12  # px, a block in the compact grid
 
 
 def block_kind(block: BlockInfo) -> str:
@@ -29,58 +42,82 @@ def block_kind(block: BlockInfo) -> str:
     return block.state.value
 
 
-def render_pool_html(snapshot: PoolSnapshot, highlight: Hashable | None = None) -> str:
-    """HTML of the pool: a legend, then blocks grouped by page, `highlight`'s blocks outlined.
+def render_pool_html(
+    snapshot: PoolSnapshot,
+    highlight: Hashable | None = None,
+    *,
+    compact: bool | None = None,
+    changed: Collection[int] = (),
+) -> str:
+    """HTML of the pool: a legend, then blocks grouped by page.
 
-    Each block carries data-block-id, data-state and data-ref attributes for tests.
+    `highlight`'s blocks are outlined and labelled with their logical index (L0, L1, …) next
+    to their state glyph; blocks in `changed` get a heavy outline. `compact` (default: more
+    than `COMPACT_ABOVE` blocks) draws small squares without text. Each block carries
+    data-block-id, data-state and data-ref attributes for tests.
     """
+    if compact is None:
+        compact = len(snapshot.blocks) > COMPACT_ABOVE
     positions = _logical_positions(snapshot, highlight)
+    changed = set(changed)
+    draw = _small_block_html if compact else _block_html
     cells = [
-        _block_html(b, snapshot.block_size, positions.get(b.block_id)) for b in snapshot.blocks
+        draw(b, snapshot.block_size, positions.get(b.block_id), b.block_id in changed)
+        for b in snapshot.blocks
     ]
     per_page = snapshot.blocks_per_page
+    columns = min(per_page or 16, 16 if compact else 8)
+    width = columns * ((SMALL if compact else CELL) + 3)
     if per_page:
         free_pages = set(snapshot.free_pages())
         groups = [
-            _page_html(p, cells[p * per_page : (p + 1) * per_page], p in free_pages)
+            _page_html(p, cells[p * per_page : (p + 1) * per_page], p in free_pages, width)
             for p in range(len(cells) // per_page)
         ]
+        body = flex("".join(groups), gap="6px")
     else:
-        groups = [_flex("".join(cells), gap="3px")]
-    return (
-        '<div class="paged-kv-pool" style="font-family:monospace;font-size:11px;line-height:1.25">'
-        f"{_legend_html(snapshot, highlight)}{_flex(''.join(groups), gap='8px')}</div>"
-    )
+        body = flex("".join(cells), gap="3px")
+    return card(_legend_html(snapshot, highlight, compact) + body, "paged-kv-pool")
 
 
 def render_cache_html(frame: CacheFrame) -> str:
-    """HTML of one replay frame: cached key and count per block, heat by count."""
-    hottest = max(frame.counts, default=0) or 1
+    """HTML of one trace-replay frame: the key and count each block caches, on the fixed
+    count scale of `theme.COUNT_BINS` (the same colours in every frame)."""
     cells = []
     for block, (key, n) in enumerate(zip(frame.keys, frame.counts, strict=True)):
-        heat = n / hottest
-        fill = (
-            "#ffffff" if key is None else f"hsl({40 - 40 * heat:.0f}, 95%, {88 - 38 * heat:.0f}%)"
-        )
-        border = "1px dotted #9e9e9e" if key is None else "1px solid #8d6e63"
+        fill = "#ffffff" if key is None else count_colour(max(n, 1))
+        border = "1px dotted #6b6b6b" if key is None else "1px solid #3d3d3d"
         mark = ""
         if block == frame.block:
-            mark = f"outline:3px {'solid' if frame.hit else 'dashed'} #1b5e20;outline-offset:1px;"
-        label = "·" if key is None else f"{key}<br><span style='font-size:8px'>×{n}</span>"
+            mark = f"outline:{OUTLINE_HIT if frame.hit else OUTLINE_MISS};outline-offset:1px;"
+        label = "·" if key is None else f"{key}<br><span style='font-size:9px'>×{n}</span>"
         cells.append(
             f'<div data-block-id="{block}" data-key="{"" if key is None else key}" '
             f'data-count="{n}" '
-            f'style="width:34px;height:34px;box-sizing:border-box;background:{fill};'
-            f"border:{border};{mark}display:flex;flex-direction:column;align-items:center;"
-            f'justify-content:center">{label}</div>'
+            f'style="width:{CELL}px;height:{CELL}px;box-sizing:border-box;background:{fill};'
+            f"color:{text_on(fill)};border:{border};{mark}display:flex;flex-direction:column;"
+            f'align-items:center;justify-content:center">{label}</div>'
         )
-    legend = (
-        "key and ×count per block · colour: white (free) → yellow (low count) → red (hottest) · "
-        "outline: solid = hit, dashed = miss"
-    )
+    return card(count_legend() + flex("".join(cells), gap="3px"), "paged-kv-cache")
+
+
+def count_legend() -> str:
+    """The fixed count scale, with the hit and miss outlines."""
+    from paged_kv.widgets.theme import COUNT_BINS
+
+    items = [(swatch("#ffffff", "1px dotted #6b6b6b", "·"), "free")]
+    for low, high, colour in COUNT_BINS:
+        text = f"×{low}" if high == low else (f"×{low}+" if high is None else f"×{low}–{high}")
+        items.append((swatch(colour), text))
+    items.append((_outline_swatch(OUTLINE_HIT), "hit"))
+    items.append((_outline_swatch(OUTLINE_MISS), "miss"))
+    return legend(items)
+
+
+def _outline_swatch(outline: str) -> str:
     return (
-        '<div class="paged-kv-cache" style="font-family:monospace;font-size:11px;line-height:1.25">'
-        f"<div style='margin-bottom:6px'>{legend}</div>{_flex(''.join(cells), gap='3px')}</div>"
+        f'<span style="display:inline-block;width:12px;height:12px;outline:{outline};'
+        'margin:2px;background:#ffffff"></span>'
     )
 
 
@@ -90,61 +127,89 @@ def _logical_positions(snapshot: PoolSnapshot, seq: Hashable | None) -> dict[int
     return {block_id: i for i, block_id in enumerate(table)}
 
 
-def _block_html(block: BlockInfo, block_size: int, logical: int | None) -> str:
-    kind = block_kind(block)
-    style = STYLES[kind]
-    glyph = f"×{block.ref_count}" if kind == "shared" else style["glyph"]
-    if logical is not None:
-        glyph = f"L{logical}"
+def _title(block: BlockInfo, block_size: int) -> str:
     owners = ", ".join(str(o) for o in block.owners) or "none"
-    title = (
-        f"block {block.block_id} · {style['label']} · ref {block.ref_count} · "
-        f"owners: {owners} · {block.num_tokens}/{block_size} tokens"
+    return esc(
+        f"block {block.block_id} · {STATE_STYLES[block_kind(block)]['label']} · "
+        f"ref {block.ref_count} · owners: {owners} · {block.num_tokens}/{block_size} tokens"
     )
+
+
+def _block_html(block: BlockInfo, block_size: int, logical: int | None, changed: bool) -> str:
+    kind = block_kind(block)
+    style = STATE_STYLES[kind]
+    ink = text_on(style["fill"])
+    glyph = f"×{block.ref_count}" if kind == "shared" else style["glyph"]
+    outline = ""
+    if changed:
+        outline = f"outline:{OUTLINE_CHANGED};outline-offset:1px;"
+    elif logical is not None:
+        outline = f"outline:{HIGHLIGHT_OUTLINE};outline-offset:1px;"
+    badge = ""
+    if logical is not None:
+        badge = (
+            '<span style="position:absolute;right:-2px;top:-7px;background:#111111;'
+            f'color:#ffffff;font-size:9px;padding:0 2px;border-radius:3px"><b>L{logical}</b></span>'
+        )
     fill = 100 * block.num_tokens // block_size
-    outline = f"outline:{HIGHLIGHT_OUTLINE};outline-offset:1px;" if logical is not None else ""
     return (
         f'<div data-block-id="{block.block_id}" data-state="{kind}" data-ref="{block.ref_count}"'
-        f' title="{html.escape(title)}" style="position:relative;width:34px;height:34px;'
-        f"box-sizing:border-box;background:{style['fill']};border:{style['border']};{outline}"
-        'display:flex;flex-direction:column;align-items:center;justify-content:center">'
-        f'<span style="font-size:8px;color:#555">{block.block_id}</span>'
-        f"<b>{html.escape(glyph)}</b>"
-        f'<span style="position:absolute;left:0;bottom:0;height:3px;width:{fill}%;'
-        'background:#37474f"></span></div>'
+        f' title="{_title(block, block_size)}" style="position:relative;width:{CELL}px;'
+        f"height:{CELL}px;box-sizing:border-box;background:{style['fill']};color:{ink};"
+        f"border:{style['border']};{outline}display:flex;flex-direction:column;"
+        'align-items:center;justify-content:center">'
+        f'<span style="font-size:9px;color:{ink}">{block.block_id}</span>'
+        f"<b>{esc(glyph)}</b>{badge}"
+        f'<span style="position:absolute;left:0;bottom:0;height:4px;width:{fill}%;'
+        'background:#111111"></span></div>'
     )
 
 
-def _page_html(page: int, cells: list[str], releasable: bool) -> str:
+def _small_block_html(block: BlockInfo, block_size: int, logical: int | None, changed: bool) -> str:
+    kind = block_kind(block)
+    style = STATE_STYLES[kind]
+    border = {"free": "1px solid #9a9a9a", "cached": "1px dashed #4d4500"}.get(
+        kind, "1px solid #111111"
+    )
+    outline = ""
+    if changed or logical is not None:
+        outline = "outline:2px solid #111111;outline-offset:0;"
+    return (
+        f'<div data-block-id="{block.block_id}" data-state="{kind}" data-ref="{block.ref_count}"'
+        f' title="{_title(block, block_size)}" style="width:{SMALL}px;height:{SMALL}px;'
+        f'box-sizing:border-box;background:{style["fill"]};border:{border};{outline}"></div>'
+    )
+
+
+def _page_html(page: int, cells: list[str], releasable: bool, width: int) -> str:
     label = f"page {page}" + (" · releasable" if releasable else "")
-    colour = "#2e7d32" if releasable else "#555"
+    colour = "#006b3c" if releasable else MUTED
     return (
         f'<div data-page="{page}" data-releasable="{str(releasable).lower()}" '
-        f'style="border:1px solid {colour};padding:3px;border-radius:4px">'
-        f'<div style="color:{colour};margin-bottom:2px">{label}</div>'
-        f"{_flex(''.join(cells), gap='3px')}</div>"
+        f'style="border:1px solid {colour};padding:3px;border-radius:4px;width:{width}px">'
+        f'<div style="color:{colour};margin-bottom:2px;font-size:10px">{label}</div>'
+        f"{flex(''.join(cells), gap='3px')}</div>"
     )
 
 
-def _legend_html(snapshot: PoolSnapshot, highlight: Hashable | None) -> str:
-    counts = {kind: 0 for kind in STYLES}
+def _legend_html(snapshot: PoolSnapshot, highlight: Hashable | None, compact: bool) -> str:
+    counts = {kind: 0 for kind in STATE_STYLES}
     for b in snapshot.blocks:
         counts[block_kind(b)] += 1
     items = [
-        f'<span style="display:inline-flex;align-items:center;gap:3px">'
-        f'<span style="display:inline-block;width:14px;height:14px;box-sizing:border-box;'
-        f'background:{s["fill"]};border:{s["border"]}"></span>'
-        f"{s['label']} ({html.escape(s['glyph'])}): {counts[kind]}</span>"
-        for kind, s in STYLES.items()
-    ]
+        (swatch(s["fill"], s["border"], "" if compact else s["glyph"]),
+         f"{s['label']} ({esc(s['glyph'])}): {counts[kind]}")
+        for kind, s in STATE_STYLES.items()
+    ]  # fmt: skip
     if highlight is not None:
         items.append(
-            f'<span style="outline:{HIGHLIGHT_OUTLINE};padding:0 3px">'
-            f"{html.escape(str(highlight))}: L<i>i</i> = logical block i</span>"
+            (_outline_swatch(HIGHLIGHT_OUTLINE), f"{esc(highlight)}: L<i>i</i> = logical block i")
         )
-    items.append("bar = tokens filled")
-    return _flex("".join(items), gap="12px", margin="0 0 6px 0")
-
-
-def _flex(content: str, *, gap: str, margin: str = "0") -> str:
-    return f'<div style="display:flex;flex-wrap:wrap;gap:{gap};margin:{margin}">{content}</div>'
+    if not compact:
+        items.append(
+            ('<span style="display:inline-block;width:16px;height:4px;background:#111111">'
+             "</span>", "bar = tokens filled")
+        )  # fmt: skip
+    else:
+        items.append(("", f"<span style='color:{INK}'>compact: hover a block for details</span>"))
+    return legend(items)
