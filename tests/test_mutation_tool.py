@@ -1,0 +1,98 @@
+"""tools/mutation_test.py: its operators, exclusions and sampling, on a toy module (nothing
+is run: the driver's pytest runs are exercised by running the tool itself)."""
+
+import ast
+
+import mutation_test as mt  # tests/conftest.py puts tools/ on sys.path
+
+TOY = '''"""A toy module."""
+
+LIMIT: int = 3
+
+
+def clamp(x: int, low: int = 0) -> int:
+    """Docstrings are not mutated."""
+    if x < low and x != 7:
+        x = low + 1
+    while x > LIMIT:
+        x -= 1
+    return x
+
+
+def message(n):
+    return f"{n + 1} items"  # f-strings are left alone
+
+
+def skipped(n):
+    return n + 1  # pragma: no mutate
+
+
+class Box:
+    def __repr__(self):
+        return "Box" + str(1)
+'''
+
+
+def mutants():
+    return mt.enumerate_mutants("toy.py", TOY)
+
+
+def described(m):
+    return (m.line, m.kind, m.original, m.mutation)
+
+
+def test_each_operator_yields_its_mutants():
+    found = {described(m) for m in mutants()}
+    expected = {
+        (8, "compare", "x < low", "x <= low"),
+        (8, "compare", "x != 7", "x == 7"),
+        (8, "boolop", "x < low and x != 7", "x < low or x != 7"),
+        (8, "negate", "x < low and x != 7", "not (x < low and x != 7)"),
+        (9, "arith", "low + 1", "low - 1"),
+        (9, "constant", "1", "2"),
+        (9, "constant", "1", "0"),
+        (9, "remove", "x = low + 1", "pass"),
+        (10, "compare", "x > LIMIT", "x >= LIMIT"),
+        (11, "arith", "x -= 1", "x += 1"),
+        (12, "return", "return x", "return None"),
+        (12, "remove", "return x", "pass"),
+        (8, "constant", "7", "8"),
+        (8, "constant", "7", "6"),
+        (3, "constant", "3", "4"),  # module constants and defaults are behaviour too
+        (6, "constant", "0", "1"),
+    }
+    assert expected <= found
+
+
+def test_docstrings_annotations_fstrings_pragmas_and_repr_are_left_alone():
+    lines = {m.line for m in mutants()}
+    assert not lines & {1, 7}  # docstrings
+    assert 16 in lines and all(m.kind in ("remove", "return") for m in mutants() if m.line == 16)
+    assert 20 not in lines  # pragma: no mutate
+    assert 25 not in lines  # __repr__
+
+
+def test_every_mutant_compiles_and_changes_the_module():
+    base = ast.unparse(ast.parse(TOY))
+    for m in mutants():
+        source = mt.mutated_source(TOY, m)
+        compile(source, "toy.py", "exec")
+        assert source.strip() != base.strip(), m
+
+
+def test_the_sample_is_fixed_by_the_seed_and_sorted_by_line():
+    every = mutants()
+    first = mt.sample(every, 5, 0, "toy.py")
+    assert first == mt.sample(every, 5, 0, "toy.py")
+    assert first != mt.sample(every, 5, 1, "toy.py")
+    assert [m.line for m in first] == sorted(m.line for m in first)
+    assert mt.sample(every, None, 0, "toy.py") == every
+
+
+def test_every_target_module_has_tests_mapped():
+    modules = mt.target_modules(mt.ROOT, mt.tracked_files())
+    assert "paged_kv/cache/manager.py" in modules
+    assert "paged_kv/serving/scheduler.py" in modules
+    for module in modules:
+        tests = mt.tests_for(module)
+        assert tests and all((mt.ROOT / t.split("::")[0]).exists() for t in tests), module
