@@ -147,6 +147,8 @@ def test_leaf_first_puts_back_a_block_that_still_has_a_successor():
 
 
 def test_radix_refuses_the_hash_chain_hooks_and_unknown_names():
+    with pytest.raises(InvalidArgument, match="hash chain"):
+        KVCacheManager(8, BS, prefix_index="radix", block_hasher=lambda *a, **k: [])
     with pytest.raises(InvalidArgument, match="prefix_index"):
         KVCacheManager(8, BS, prefix_index="trie")
 
