@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
 import dataclasses
 import fnmatch
@@ -64,10 +65,12 @@ import os
 import queue
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +90,11 @@ SKIP_FUNCTIONS = frozenset({"__repr__"})
 
 # Tests that pin each module, fastest and most specific first (pytest -x stops at the first
 # failure). A module without its own entry uses the entry of the longest matching prefix.
+# The one end-to-end test of a loader (chapter 07's tiers) under evictions and preemptions.
+_TIERED_ENGINE = (
+    "tests/test_tiers_local.py::"
+    "test_engine_with_tiers_gives_the_same_tokens_through_evictions_and_preemptions"
+)
 _CACHE_CORE = (
     "tests/test_argument_edges.py",
     "tests/test_out_of_blocks_available.py",
@@ -96,6 +104,8 @@ _CACHE_CORE = (
     "tests/test_token_zero.py",
     "tests/test_block_pool.py",
     "tests/test_stateful.py::TestManager",
+    "tests/test_radix_cache.py",
+    _TIERED_ENGINE,
 )
 _POOL_MACHINE = "tests/test_stateful.py::TestPool"
 _MANAGER_MACHINE = "tests/test_stateful.py::TestManager"
@@ -180,7 +190,9 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_serving_argument_edges.py",
         "tests/test_token_zero.py",
         "tests/test_checks.py::test_the_library_scheduler_passes_the_engine_checks",
+        "tests/test_scheduling_lpm.py",
         "tests/test_engine.py",
+        _TIERED_ENGINE,
     ),
 }
 
@@ -494,39 +506,55 @@ def export(dst: Path, rev: str | None) -> Path:
     return dst
 
 
+_LIVE: set[subprocess.Popen] = set()  # test runs in flight, killed if the driver stops
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill a test run and whatever it started (it leads its own process group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def run_tests(
     checkout: Path, tests: tuple[str, ...], timeout: float, keyword: str | None = None
 ) -> tuple[str, float]:
     """'passed', 'failed' or 'timeout', and the seconds it took."""
     shutil.rmtree(checkout / ".hypothesis", ignore_errors=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(checkout),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONDONTWRITEBYTECODE": "1"}
     existing = [t for t in tests if (checkout / t.split("::")[0]).exists()]
+    select = ("-k", keyword) if keyword else ()
     began = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *PYTEST_ARGS, *select, *existing],
+        cwd=checkout,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                *PYTEST_ARGS,
-                *(("-k", keyword) if keyword else ()),
-                *existing,
-            ],
-            cwd=checkout,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=timeout,
-            start_new_session=True,
-        )
+        returncode = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _kill(proc)
         return "timeout", time.perf_counter() - began
-    outcome = "passed" if proc.returncode == 0 else "failed"
-    return outcome, time.perf_counter() - began
+    except BaseException:  # the driver is stopping: take the run down with it
+        _kill(proc)
+        raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
+    return ("passed" if returncode == 0 else "failed"), time.perf_counter() - began
+
+
+def kill_live_runs() -> None:
+    with _LIVE_LOCK:
+        running = list(_LIVE)
+    for proc in running:
+        _kill(proc)
 
 
 def check_imports_from(checkout: Path) -> None:
@@ -591,7 +619,13 @@ def run_module(
     counts = {"passed": 0, "failed": 0, "timeout": 0}
     survivors = []
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for mutant, outcome, _seconds in pool.map(run_one, mutants):
+        try:
+            results = list(pool.map(run_one, mutants))
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            kill_live_runs()
+            raise
+        for mutant, outcome, _seconds in results:
             counts[outcome] += 1
             if outcome == "passed":
                 survivors.append(
@@ -721,5 +755,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        kill_live_runs()
+        sys.exit(130)
