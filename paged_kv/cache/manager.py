@@ -7,11 +7,8 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import Any, Literal
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -23,9 +20,10 @@ from paged_kv.cache.block_table import (
 )
 from paged_kv.cache.caching_pool import CachingPool, RefCountedPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
-from paged_kv.cache.hashing import BlockHash, ExtraKey, Salt
+from paged_kv.cache.hashing import ExtraKey, Salt
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
-from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.learner_hooks import BlockHasher, LearnerHooks, PrefixLookup, TableAllocator
+from paged_kv.cache.prefix_index import PrefixIndexName, make_prefix_index
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import PoolSnapshot
@@ -40,14 +38,6 @@ from paged_kv.errors import (
 from paged_kv.validation import require_int, require_token_ids
 
 SeqId = Hashable
-BlockHasher = Callable[..., Sequence[BlockHash]]
-"""`block_hasher(token_ids, block_size, salt=None)`: one chained hash per full block."""
-PrefixLookup = Callable[[Mapping[BlockHash, int], Sequence[BlockHash], int, int], Sequence[int]]
-"""`prefix_lookup(index, hashes, num_prompt_tokens, block_size)`: the blocks of the longest
-cached run of `hashes` from the start, never covering the prompt's last token."""
-TableAllocator = Callable[[Any, list[int], int], Sequence[int]]
-"""`allocate_table(pool, hit_blocks, num_blocks)`: a new table of `num_blocks` blocks, the hits
-(shared) first, all or nothing."""
 
 
 @dataclass(eq=False)
@@ -86,7 +76,7 @@ class KVCacheManager:
         allocate_table: TableAllocator | None = None,
         prefix_index: PrefixIndexName = "hash",
     ) -> None:
-        self.prefix_cache = _prefix_index(prefix_index, block_size) if prefix_caching else None
+        self.prefix_cache = make_prefix_index(prefix_index, block_size) if prefix_caching else None
         eviction = self._bind_policy(eviction, block_hasher or prefix_lookup or allocate_table)
         on_evict = self.prefix_cache.forget if self.prefix_cache is not None else None
         if pool is None:
@@ -105,7 +95,7 @@ class KVCacheManager:
             self.pool = CachingPool(
                 base, num_blocks, block_size, eviction=eviction, on_evict=on_evict
             )
-        self._hooks = _Hooks(block_hasher, prefix_lookup, allocate_table, block_size)
+        self._hooks = LearnerHooks(block_hasher, prefix_lookup, allocate_table, block_size)
         self.block_size = block_size
         self.hits = PrefixHitCounter(hit_rate_window)
         self._seqs: dict[SeqId, _SequenceEntry] = {}
@@ -224,7 +214,7 @@ class KVCacheManager:
         child_seq._live = True
         parent.forked = True
         child = _SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
-        if isinstance(self.prefix_cache, RadixCache):
+        if self.prefix_cache is not None:
             child.index_path = self.prefix_cache.share_path(parent.index_path)
         self._seqs[child_id] = child
         self._num_tokens += len(child_seq)
@@ -236,7 +226,7 @@ class KVCacheManager:
 
         An adopted `TokenSequence` goes back to its owner, who may append to it again."""
         entry = self._entry(seq_id)
-        if isinstance(self.prefix_cache, RadixCache):
+        if self.prefix_cache is not None:
             self.prefix_cache.release_path(entry.index_path)
         self.pool.release(reversed(entry.block_table))
         self._num_tokens -= len(entry.seq)
@@ -437,25 +427,20 @@ class KVCacheManager:
 
     def _register_full_blocks(self, entry: _SequenceEntry) -> None:
         """Index the full blocks that filled since the last call and keep their content."""
+        full = len(entry.seq) // self.block_size
         if self.prefix_cache is None:
-            entry.num_registered = len(entry.seq) // self.block_size  # nothing to index
-            return
-        if isinstance(self.prefix_cache, RadixCache):  # the tree indexes tokens, not hashes
-            full = len(entry.seq) // self.block_size
+            kept = []
+        elif self._hooks.block_hasher is not None:  # your hash (chapter 04)
+            kept = self._hooks.register(
+                self.prefix_cache, entry.seq, entry.block_table, entry.num_registered
+            )
+        else:
             kept, entry.index_path = self.prefix_cache.register_blocks(
                 entry.seq, entry.block_table, entry.num_registered, full, entry.index_path
             )
+        if kept:
             self.pool.keep_content(kept)  # newly indexed; hits and duplicates are not
-            entry.num_registered = full
-            return
-        hashes = self._hooks.hashes(entry.seq)
-        for i in range(entry.num_registered, len(hashes)):
-            block, block_hash = entry.block_table[i], hashes[i]
-            if self.prefix_cache.hash_of(block) == block_hash:
-                continue  # a prefix hit: indexed already
-            if self.prefix_cache.register(block, block_hash):
-                self.pool.keep_content([block])
-        entry.num_registered = len(hashes)
+        entry.num_registered = full
 
     def _bind_policy(self, eviction: PolicySpec, hooks: object) -> PolicySpec:
         """The pool's policy, told what blocks hold (its ghosts and sketches key by content);
@@ -484,86 +469,6 @@ class KVCacheManager:
 
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"
-
-
-class _Hooks:
-    """Your own parts in the manager's place (chapter 04): the chained hash, the prefix lookup
-    and the all-or-nothing table allocation. Their results are checked before they are used,
-    so that a wrong part fails loudly, naming itself, instead of corrupting the cache."""
-
-    def __init__(
-        self,
-        block_hasher: BlockHasher | None,
-        prefix_lookup: PrefixLookup | None,
-        allocate_table: TableAllocator | None,
-        block_size: int,
-    ) -> None:
-        self.block_hasher, self.prefix_lookup = block_hasher, prefix_lookup
-        self.allocate_table, self.block_size = allocate_table, block_size
-        self.active = block_hasher is not None or prefix_lookup is not None
-        self._memo: weakref.WeakKeyDictionary[TokenSequence, list[BlockHash]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def hashes(self, seq: TokenSequence) -> list[BlockHash]:
-        """The chained hashes of `seq`'s full blocks, from `block_hasher` if there is one."""
-        if self.block_hasher is None:
-            return seq.full_block_hashes(self.block_size)
-        full = len(seq) // self.block_size
-        memo = self._memo.get(seq)
-        if memo is None or len(memo) != full:
-            if seq.extra_keys:
-                raise InvalidArgument("block_hasher does not take extra keys; pass none.")
-            memo = list(self.block_hasher(list(seq.token_ids), self.block_size, salt=seq.salt))
-            if len(memo) != full or not all(isinstance(h, bytes) for h in memo):
-                raise InvalidArgument(
-                    f"block_hasher returned {len(memo)} value(s) for {full} full block(s) of "
-                    f"{len(seq)} tokens; it must return one bytes hash per full block."
-                )
-            self._memo[seq] = memo
-        return memo
-
-    def hits(self, cache: PrefixCache, seq: TokenSequence, max_hits: int) -> list[int]:
-        """Blocks of the cached prefix: `prefix_lookup`'s answer, checked, or the library's."""
-        hashes = self.hashes(seq)
-        if self.prefix_lookup is None:
-            return cache.longest_prefix(hashes[:max_hits])
-        index = MappingProxyType(cache._block_of)  # read-only: a lookup changes nothing
-        blocks = list(self.prefix_lookup(index, list(hashes), len(seq), self.block_size))
-        want = cache.longest_prefix(hashes[:max_hits])
-        if blocks != want:
-            raise InvalidArgument(
-                f"prefix_lookup returned blocks {blocks} for a {len(seq)}-token prompt, but the "
-                f"longest cached run of its block hashes, never covering its last token, is "
-                f"{want}."
-            )
-        return blocks
-
-    def table(self, pool: Any, hit_blocks: list[int], num_blocks: int) -> list[int]:
-        """`allocate_table`'s new block table: the hits (shared) then fresh blocks."""
-        assert self.allocate_table is not None
-        table = list(self.allocate_table(pool, list(hit_blocks), num_blocks))
-        if len(table) != num_blocks or table[: len(hit_blocks)] != list(hit_blocks):
-            raise InvalidArgument(
-                f"allocate_table returned {table}: it must return {num_blocks} blocks, the "
-                f"hits {list(hit_blocks)} first."
-            )
-        return table
-
-
-PrefixIndexName = Literal["hash", "radix"]
-
-
-def _prefix_index(name: PrefixIndexName, block_size: int) -> PrefixCache | RadixCache:
-    """The prefix index by name: vLLM's chained block hashes or SGLang's radix tree."""
-    if name == "hash":
-        return PrefixCache(block_size)
-    if name == "radix":
-        return RadixCache(block_size)
-    raise InvalidArgument(
-        f"prefix_index must be 'hash' (chained block hashes) or 'radix' (a radix tree of "
-        f"tokens), got {name!r}."
-    )
 
 
 def _preview(seqs: dict[SeqId, _SequenceEntry], limit: int = 5) -> str:

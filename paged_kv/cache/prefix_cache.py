@@ -45,15 +45,20 @@ class PrefixCache:
     ) -> tuple[list[int], None]:
         """Index full blocks `start..end-1` of `seq`, held in `table`; return the blocks newly
         indexed (the caller keeps their content) and the sequence's path (none here)."""
-        hashes = seq.full_block_hashes(self._size())
+        return self.register_hashes(table, start, seq.full_block_hashes(self._size())[:end]), None
+
+    def register_hashes(
+        self, table: Sequence[int], start: int, hashes: Sequence[BlockHash]
+    ) -> list[int]:
+        """Index `table[i]` under `hashes[i]` for i >= start; return the blocks newly indexed."""
         kept = []
-        for i in range(start, end):
+        for i in range(start, len(hashes)):
             block, block_hash = table[i], hashes[i]
             if self._hash_of.get(block) == block_hash:
                 continue  # a prefix hit: indexed already
             if self.register(block, block_hash):
                 kept.append(block)
-        return kept, None
+        return kept
 
     def share_path(self, path: None) -> None:
         """A fork shares its parent's path (the hash chain keeps none)."""
