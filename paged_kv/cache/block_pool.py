@@ -198,6 +198,11 @@ class BlockPool:
         """How many holders reference `block_id`."""
         return self._ref[self._check_id(block_id)]
 
+    def count_unreferenced(self, block_ids: Iterable[int]) -> int:
+        """How many of these blocks have no reference (cached ones, for a prefix hit)."""
+        refs = self._ref
+        return sum(1 for b in block_ids if not refs[self._check_id(b)])
+
     def is_shared(self, block_id: int) -> bool:
         """Does more than one holder reference `block_id`? (Appending to it must copy it.)"""
         return self._ref[self._check_id(block_id)] > 1

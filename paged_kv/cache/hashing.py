@@ -39,8 +39,8 @@ def hash_block(
     extra_keys: Sequence[ExtraKey] = (),
 ) -> BlockHash:
     """The chained hash of one full block. `parent` is None for the first block only."""
-    packed = struct.pack(f"<{len(token_ids)}q", *token_ids)
-    return _digest(_link(parent, salt), packed, _field(_encode(tuple(extra_keys))))
+    tokens = _field(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    return _digest(_link(parent, salt), tokens, _field(_encode(tuple(extra_keys))))
 
 
 def block_hashes(
@@ -61,8 +61,9 @@ def block_hashes(
     extra = _field(_encode(tuple(extra_keys)))  # the same for every block: encode once
     packed = struct.pack(f"<{full}q", *token_ids[:full])  # every block's tokens, packed once
     width, link, hashes = 8 * block_size, _link(parent, salt), []
+    length = struct.pack("<Q", width)  # each block's tokens as a field: this length, its bytes
     for start in range(0, len(packed), width):
-        parent = _digest(link, packed[start : start + width], extra)
+        parent = _digest(link, length + packed[start : start + width], extra)
         hashes.append(parent)
         link = b"\x01" + parent
     return hashes
@@ -83,9 +84,9 @@ def _link(parent: BlockHash | None, salt: Salt) -> bytes:
     return b"\x01" + parent
 
 
-def _digest(link: bytes, packed_tokens: bytes, extra: bytes) -> BlockHash:
-    """SHA-256 of domain, link, tokens (little-endian int64, length-prefixed) and extra keys."""
-    return hashlib.sha256(b"".join((DOMAIN, link, _field(packed_tokens), extra))).digest()
+def _digest(link: bytes, tokens_field: bytes, extra: bytes) -> BlockHash:
+    """SHA-256 of domain, link, the tokens' field (little-endian int64s) and extra keys."""
+    return hashlib.sha256(b"".join((DOMAIN, link, tokens_field, extra))).digest()
 
 
 def _field(data: bytes) -> bytes:

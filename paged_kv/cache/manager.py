@@ -8,7 +8,7 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -136,7 +136,7 @@ class KVCacheManager:
             raise InvalidArgument(f"sequence {seq_id!r} needs at least one prompt token.")
         hit_blocks = self._prefix_hits(seq)
         loaded = self._check_loaded(seq, len(hit_blocks), num_loaded_tokens)
-        revived = sum(1 for b in hit_blocks if self.pool.ref_count(b) == 0)
+        revived = self.pool.count_unreferenced(hit_blocks)  # cached hits come back to use
         need = blocks_needed(len(seq), self.block_size) - len(hit_blocks)
         available = self.pool.num_available - revived
         if self._hooks.allocate_table is not None:  # your all-or-nothing add (chapter 04)
@@ -187,16 +187,16 @@ class KVCacheManager:
             if not tokens:
                 return []
         seq, table, size = entry.seq, entry.block_table, self.block_size
-        length = len(seq.token_ids)
-        if length + len(tokens) > len(table) * size or (
+        length, num_new = len(seq.token_ids), len(tokens)
+        if length + num_new > len(table) * size or (
             entry.forked and self.pool.is_shared(table[-1])
         ):
-            new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
+            new_blocks = self._grow_for_append(seq_id, entry, num_new)
         else:
             new_blocks = []  # the common decode step: room in a private last block
         seq.token_ids += tokens
-        self._num_tokens += len(tokens)
-        if (length + len(tokens)) // size > entry.num_registered:
+        self._num_tokens += num_new
+        if (length + num_new) // size > entry.num_registered:
             self._register_full_blocks(entry)
         return new_blocks
 
@@ -345,22 +345,8 @@ class KVCacheManager:
 
         The pool knows states and ref counts; who owns a block and how full it is are the
         block tables' facts, added here."""
-        owners: dict[int, tuple[SeqId, ...]] = {}
-        filled: dict[int, int] = {}
-        for seq_id, entry in self._seqs.items():
-            for i, block_id in enumerate(entry.block_table):
-                owners[block_id] = (*owners.get(block_id, ()), seq_id)
-                in_block = min(self.block_size, len(entry.seq) - i * self.block_size)
-                filled[block_id] = max(filled.get(block_id, 0), in_block)
-        pool = self.pool.snapshot()
-        blocks = tuple(
-            replace(b, owners=owners[b.block_id], num_tokens=filled[b.block_id])
-            if b.block_id in owners
-            else b
-            for b in pool.blocks
-        )
-        tables = {seq_id: tuple(e.block_table) for seq_id, e in self._seqs.items()}
-        return replace(pool, blocks=blocks, block_tables=tables)
+        tables = {seq_id: (e.block_table, len(e.seq)) for seq_id, e in self._seqs.items()}
+        return self.pool.snapshot().with_tables(tables)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -395,7 +381,10 @@ class KVCacheManager:
     def _grow_for_append(self, seq_id: SeqId, entry: _SequenceEntry, num_new: int) -> list[int]:
         """Blocks for an append that needs some: copy a shared last block, then grow."""
         table, length = entry.block_table, len(entry.seq)
-        need = self._blocks_to_append(entry, num_new)
+        if entry.forked:
+            need = self._blocks_to_append(entry, num_new)
+        else:  # a private last block: only growth, never a copy
+            need = blocks_needed(length + num_new, self.block_size) - len(table)
         if need > self.pool.num_available:
             raise OutOfBlocks(
                 f"appending {num_new} token(s) to {seq_id!r} needs {need} new block(s) but "
@@ -403,7 +392,7 @@ class KVCacheManager:
                 requested=need,
                 available=self.pool.num_available,
             )
-        copy = copy_on_write(self.pool, table, length)
+        copy = copy_on_write(self.pool, table, length) if entry.forked else None
         if copy is not None:
             self._copies.append(copy)
         new_blocks = grow_block_table(self.pool, table, length, num_new)

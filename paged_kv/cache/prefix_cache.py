@@ -45,7 +45,8 @@ class PrefixCache:
     ) -> tuple[list[int], None]:
         """Index full blocks `start..end-1` of `seq`, held in `table`; return the blocks newly
         indexed (the caller keeps their content) and the sequence's path (none here)."""
-        return self.register_hashes(table, start, seq.full_block_hashes(self._size())[:end]), None
+        hashes = seq.full_block_hashes(self._size())  # exactly `end` of them: all full blocks
+        return self.register_hashes(table, start, hashes), None
 
     def register_hashes(
         self, table: Sequence[int], start: int, hashes: Sequence[BlockHash]
