@@ -5,8 +5,8 @@ The pool and the manager fill it in; nothing reads live state through it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 
@@ -52,6 +52,25 @@ class PoolSnapshot:
     def num_shared(self) -> int:
         """How many blocks are referenced more than once."""
         return sum(1 for b in self.blocks if b.shared)
+
+    def with_tables(self, tables: Mapping[Hashable, tuple[Sequence[int], int]]) -> PoolSnapshot:
+        """This picture plus each sequence's (block table, length): who holds each block and
+        how many tokens it holds."""
+        owners: dict[int, tuple[Hashable, ...]] = {}
+        filled: dict[int, int] = {}
+        for seq_id, (table, length) in tables.items():
+            for i, block_id in enumerate(table):
+                owners[block_id] = (*owners.get(block_id, ()), seq_id)
+                in_block = min(self.block_size, length - i * self.block_size)
+                filled[block_id] = max(filled.get(block_id, 0), in_block)
+        blocks = tuple(
+            replace(b, owners=owners[b.block_id], num_tokens=filled[b.block_id])
+            if b.block_id in owners
+            else b
+            for b in self.blocks
+        )
+        block_tables = {seq_id: tuple(table) for seq_id, (table, _) in tables.items()}
+        return replace(self, blocks=blocks, block_tables=block_tables)
 
     def free_pages(self) -> list[int]:
         """Pages whose blocks are all free (empty when pages are off)."""
