@@ -124,9 +124,9 @@ class BlockPool:
 
     def keep_content(self, block_ids: Iterable[int]) -> None:
         """Mark in-use blocks as worth keeping: released, they become cached, not free."""
-        ids = list(block_ids)
+        ids = self._check_ids(block_ids)
         for block_id in ids:
-            if self._ref[self._check_id(block_id)] == 0:
+            if self._ref[block_id] == 0:
                 raise InvalidBlock(
                     f"block {block_id} has no reference; only blocks in use can be kept."
                 )
@@ -137,7 +137,7 @@ class BlockPool:
 
     def share(self, block_ids: Iterable[int]) -> None:
         """Add one reference to each block: in use, or cached (a hit that revives it)."""
-        ids = [self._check_id(b) for b in block_ids]
+        ids = self._check_ids(block_ids)
         refs, keeps = self._ref, self._keeps
         for block_id in ids:
             if not refs[block_id] and not keeps[block_id]:
@@ -157,7 +157,7 @@ class BlockPool:
         Those become cached if their content is kept, free otherwise. Validates everything
         first: a double free or foreign id raises `InvalidBlock` and releases nothing.
         """
-        ids = [self._check_id(b) for b in block_ids]
+        ids = self._check_ids(block_ids)
         refs = self._ref
         distinct = len(set(ids)) == len(ids)  # a block table: each id once
         if not (distinct and all(refs[b] for b in ids)):
@@ -201,7 +201,7 @@ class BlockPool:
     def count_unreferenced(self, block_ids: Iterable[int]) -> int:
         """How many of these blocks have no reference (cached ones, for a prefix hit)."""
         refs = self._ref
-        return sum(1 for b in block_ids if not refs[self._check_id(b)])
+        return sum(1 for b in self._check_ids(block_ids) if not refs[b])
 
     def is_shared(self, block_id: int) -> bool:
         """Does more than one holder reference `block_id`? (Appending to it must copy it.)"""
@@ -254,6 +254,13 @@ class BlockPool:
         if self.on_evict is not None:
             self.on_evict(block_id)
         return block_id
+
+    def _check_ids(self, block_ids: Iterable[object]) -> list[int]:
+        """`block_ids` as a list of valid ids: plain in-range ints at C speed, else one by one."""
+        ids = list(block_ids)
+        if ids and set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < self.num_blocks:
+            return ids
+        return [self._check_id(b) for b in ids]
 
     def _check_id(self, block_id: object) -> int:
         if type(block_id) is int and 0 <= block_id < self.num_blocks:
