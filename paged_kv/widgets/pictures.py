@@ -192,7 +192,7 @@ def render_decode_gather(
         if i is None:
             pool_cells.append(
                 f'<span data-block-id="{block}" data-read="" style="display:inline-flex;'
-                f"flex-direction:column;align-items:center;width:44px;height:34px;"
+                f"flex-direction:column;align-items:center;width:56px;height:44px;"
                 f'border:1px dotted #6b6b6b;background:#ffffff;color:{MUTED};font-size:9px">'
                 f"{block}<span>other</span></span>"
             )
@@ -201,7 +201,7 @@ def render_decode_gather(
         fill = slice_fill[slice_of(i)]
         pool_cells.append(
             f'<span data-block-id="{block}" data-read="{i}" style="display:inline-flex;'
-            f"flex-direction:column;align-items:center;width:44px;height:34px;"
+            f"flex-direction:column;align-items:center;width:56px;height:44px;"
             f'border:2px solid #111111;background:{fill};color:{text_on(fill)};font-size:9px">'
             f"{block}<b>K,V of L{i}</b><span>{tokens}/{block_size} tok</span></span>"
         )

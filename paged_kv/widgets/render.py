@@ -66,12 +66,12 @@ def render_pool_html(
         for b in snapshot.blocks
     ]
     per_page = snapshot.blocks_per_page
-    columns = min(per_page or 16, 16 if compact else 8)
+    columns = min(per_page or 16, 8)
     width = columns * ((SMALL if compact else CELL) + 3)
     if per_page:
         free_pages = set(snapshot.free_pages())
         groups = [
-            _page_html(p, cells[p * per_page : (p + 1) * per_page], p in free_pages, width)
+            _page_html(p, cells[p * per_page : (p + 1) * per_page], p in free_pages, width, compact)
             for p in range(len(cells) // per_page)
         ]
         body = flex("".join(groups), gap="6px")
@@ -181,8 +181,11 @@ def _small_block_html(block: BlockInfo, block_size: int, logical: int | None, ch
     )
 
 
-def _page_html(page: int, cells: list[str], releasable: bool, width: int) -> str:
-    label = f"page {page}" + (" · releasable" if releasable else "")
+def _page_html(page: int, cells: list[str], releasable: bool, width: int, compact: bool) -> str:
+    if compact:  # a label that fits the narrow page
+        label = f"p{page}" + (" releasable" if releasable else "")
+    else:
+        label = f"page {page}" + (" · releasable" if releasable else "")
     colour = "#006b3c" if releasable else MUTED
     return (
         f'<div data-page="{page}" data-releasable="{str(releasable).lower()}" '

@@ -188,7 +188,7 @@ class _Stepper(_StaticPicture, widgets.VBox):
             options=SPEEDS, value=800, description="speed", layout=widgets.Layout(width="200px"),
             style={"description_width": "44px"},
         )  # fmt: skip
-        self.caption = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.caption = widgets.HTML()
         self.stop_button.on_click(lambda _: self.stop())
         self.back_button.on_click(lambda _: self.back())
         self.step_button.on_click(lambda _: self.step())
@@ -197,15 +197,13 @@ class _Stepper(_StaticPicture, widgets.VBox):
         self.controls = widgets.HBox(
             [widgets.HTML(CONTROLS_CSS), self.play, self.stop_button, self.back_button,
              self.step_button, self.speed, self.slider],
-            layout=widgets.Layout(width="100%", flex_flow="row wrap", align_items="center"),
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )  # fmt: skip
         self.controls.add_class("paged-kv-controls")
         self.body = widgets.VBox(
-            body, layout=widgets.Layout(width="100%", max_height="75vh", overflow="auto")
+            body, layout=widgets.Layout(max_height="75vh", overflow="hidden auto")
         )
-        super().__init__(
-            [self.controls, self.caption, self.body], layout=widgets.Layout(width="100%")
-        )
+        super().__init__([self.controls, self.caption, self.body])
         self._num_states = num_states
         self._show(start)
 
