@@ -96,7 +96,6 @@ def use_course_style(retina: bool = True) -> None:
             "axes.grid": True,
             "grid.alpha": 0.3,
             "lines.markersize": 5,
-            "figure.constrained_layout.use": True,
         }
     )
     if retina:
