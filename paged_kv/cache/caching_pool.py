@@ -165,6 +165,10 @@ class CachingPool:
         block_id = self._check_id(block_id)
         return self.base.ref_count(block_id) - (block_id in self.policy)
 
+    def count_unreferenced(self, block_ids: Iterable[int]) -> int:
+        """How many of these blocks have no reference (cached ones, for a prefix hit)."""
+        return sum(1 for b in block_ids if self.ref_count(b) == 0)
+
     def is_shared(self, block_id: int) -> bool:
         return self.ref_count(block_id) > 1
 
