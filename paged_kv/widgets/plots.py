@@ -160,7 +160,8 @@ def mark_default(ax: Any, x: float, label: str = "default") -> None:
     ax.axvline(x, color="#555555", linestyle=":", linewidth=1.2, zorder=0)
     ax.annotate(
         label, xy=(x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -3),
-        textcoords="offset points", va="top", fontsize=8, color="#333333",
+        textcoords="offset points", va="top", fontsize=8, color="#333333", zorder=5,
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
     )  # fmt: skip
 
 
