@@ -249,3 +249,14 @@ def test_the_decode_hook_is_what_decodes():
 
     Engine(model, num_blocks=8, block_size=4, attention=zeros).generate([list(b"hello")], 6)
     assert len(calls) == 5 * 2  # every decode step (the first token comes from the prefill)
+
+
+def test_caching_pool_has_every_pool_call_the_manager_makes():
+    """The manager may only call on its pool what CachingPool offers too (pool= would break)."""
+    import re
+    from pathlib import Path
+
+    import paged_kv.cache.manager as manager_module
+
+    used = set(re.findall(r"self\.pool\.(\w+)", Path(manager_module.__file__).read_text()))
+    assert used and not used - set(dir(CachingPool)), sorted(used - set(dir(CachingPool)))

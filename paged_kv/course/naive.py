@@ -100,7 +100,7 @@ class HeapLFU(EvictionPolicy):
 
     def __init__(self) -> None:
         self.heap: list[tuple[int, int, Hashable]] = []
-        self.count: dict[Hashable, int] = {}
+        self.counts: dict[Hashable, int] = {}
         self.evictable: dict[Hashable, int] = {}  # key -> tick of its live heap entry
         self.tick = 0
 
@@ -110,13 +110,17 @@ class HeapLFU(EvictionPolicy):
     def __contains__(self, key: object) -> bool:
         return key in self.evictable
 
+    def count(self, key: Hashable) -> int:
+        """The key's frequency (0 if untracked)."""
+        return self.counts.get(key, 0)
+
     def touch(self, key: Hashable) -> None:
-        self.count[key] = self.count.get(key, 0) + 1
+        self.counts[key] = self.counts.get(key, 0) + 1
         if key in self.evictable:
             self._push(key)
 
     def make_evictable(self, key: Hashable) -> None:
-        self.count.setdefault(key, 0)
+        self.counts.setdefault(key, 0)
         self._push(key)
 
     def revive(self, key: Hashable) -> None:
@@ -124,21 +128,21 @@ class HeapLFU(EvictionPolicy):
 
     def forget(self, key: Hashable) -> None:
         self.evictable.pop(key, None)
-        self.count.pop(key, None)
+        self.counts.pop(key, None)
 
     def evict(self) -> Hashable:
         while self.heap:
             _count, tick, key = heapq.heappop(self.heap)
             if self.evictable.get(key) == tick:  # the live entry, not garbage
                 del self.evictable[key]
-                del self.count[key]
+                del self.counts[key]
                 return key
         raise self._nothing_to_evict()
 
     def _push(self, key: Hashable) -> None:
         self.tick += 1
         self.evictable[key] = self.tick
-        heapq.heappush(self.heap, (self.count[key], self.tick, key))
+        heapq.heappush(self.heap, (self.counts[key], self.tick, key))
 
 
 class LengthKeyedPrefixCache:

@@ -1,17 +1,68 @@
-"""What every chapter's checks share: the failure type, expectations, and counting work.
+"""What every chapter's checks share: failures a learner can act on, and repros that replay.
 
-A check raises `CheckFailed` with a message that says what was expected and what happened.
+- `CheckFailed` (a wrong answer) and `ExerciseNotDone` (a stub still in place) print only
+  their message in Jupyter: `_render_traceback_` replaces the traceback, so no line of the
+  checks (some of which are answers) and none of the library's internals is shown. The cell
+  still errors, so nbval and the grader see the failure.
+- `@exercise(number, title)` labels a check; anything the learner's code raises inside it
+  becomes "exercise N not done yet" (NotImplementedError) or "your code raised X at line L
+  of your cell, in the step that was running" (anything else).
+- `Replay` records the operations a check applied, in Python a learner can paste into a cell;
+  `search` runs random trials and shrinks a failing one to the fewest operations that still
+  fail the same way, so every repro is complete and short.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import os
+import random
 import sys
-from collections.abc import Callable
-from typing import Any
+import sysconfig
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import paged_kv
+from paged_kv.course.checks.cost import count_lines_executed
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_LIBRARY_DIRS = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {
+        str(Path(paged_kv.__file__).parent),
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
+)
+_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 
 
 class CheckFailed(AssertionError):
     """The learner's code did something the chapter's rules forbid; the message says what."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython prints this instead of a traceback
+        return _render("CheckFailed", str(self))
+
+
+class ExerciseNotDone(NotImplementedError):
+    """An exercise still has its `raise NotImplementedError(...)` stub."""
+
+    def _render_traceback_(self) -> list[str]:
+        return _render("ExerciseNotDone", str(self))
+
+
+def _render(name: str, message: str) -> list[str]:
+    first, *rest = message.splitlines() or [""]
+    return [f"\x1b[1;31m{name}\x1b[0m: {first}", *rest]
+
+
+# -- verdicts ------------------------------------------------------------------------------
 
 
 def expect(condition: bool, message: str) -> None:
@@ -20,35 +71,357 @@ def expect(condition: bool, message: str) -> None:
 
 
 def passed(what: str) -> None:
-    print(f"✅ {what}: all checks passed")
+    label = _label.get()
+    print(f"✅ {label}: {what}" if label else f"✅ {what}: all checks passed")
 
 
-def expect_raises(error: type[Exception], action: Callable[[], Any], what: str) -> None:
+def expect_raises(
+    error: type[Exception] | tuple[type[Exception], ...],
+    action: Callable[[], Any],
+    what: str,
+    *,
+    hint: str = "",
+) -> BaseException:
+    """Run `action`, which must raise `error`; return the exception."""
+    names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
     try:
-        action()
-    except error:
-        return
-    except NotImplementedError:
+        result = action()
+    except error as exc:
+        return exc
+    except CheckFailed:
         raise
     except Exception as exc:  # the wrong error type is a learner mistake worth naming
-        raise CheckFailed(f"{what} should raise {error.__name__}, but raised {exc!r}.") from exc
-    raise CheckFailed(f"{what} should raise {error.__name__}, but returned normally.")
+        if isinstance(exc, NotImplementedError):
+            raise
+        raise CheckFailed(
+            f"{what} should raise {names}, but your code raised "
+            f"{type(exc).__name__}: {exc}{_where(exc)}.{_hint(hint)}"
+        ) from None
+    raise CheckFailed(
+        f"{what} should raise {names}, but it returned {_short(result)}.{_hint(hint)}"
+    )
 
 
-def count_lines_executed(fn: Callable[[], Any]) -> int:
-    """How many Python source lines `fn()` executes (C built-ins count as one line)."""
-    count = 0
+def _hint(hint: str) -> str:
+    return f" {hint}" if hint else ""
 
-    def tracer(frame, event, arg):
-        nonlocal count
-        if event == "line":
-            count += 1
-        return tracer
 
-    previous = sys.gettrace()
-    sys.settrace(tracer)
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 20] + f"… ({len(text)} characters)"
+
+
+# -- exercises and the learner's own errors ----------------------------------------------------
+
+
+def exercise(number: int | None, title: str) -> Callable[[F], F]:
+    """Label a check "Exercise N (title)" (or just "Title" without a number) and turn the
+    learner's exceptions into messages."""
+
+    def wrap(check: F) -> F:
+        @functools.wraps(check)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            label = f"Exercise {number} ({title})" if number else title[0].upper() + title[1:]
+            outer = _label.get()
+            token = _label.set(outer or label)
+            try:
+                return check(*args, **kwargs)
+            except (CheckFailed, ExerciseNotDone) as exc:
+                if outer:  # a nested check: the outermost one labels the message
+                    raise
+                raise type(exc)(_labelled(label, str(exc))) from None
+            except Exception as exc:
+                if outer or not _blames_the_learner(exc):
+                    raise  # nested, or a bug in the checks themselves: show its traceback
+                raise learner_error(exc, label) from None
+            finally:
+                _label.reset(token)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def stubs_as_not_done(check: F) -> F:
+    """A check whose stubs report "not done yet" in one line, whatever else it does (for the
+    checks that are not labelled with `exercise`)."""
+    if getattr(check, "__wrapped__", None) is not None:
+        return check  # labelled already
+
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return check(*args, **kwargs)
+        except ExerciseNotDone:
+            raise
+        except NotImplementedError as exc:
+            raise learner_error(exc, "This exercise") from None
+
+    return run  # type: ignore[return-value]
+
+
+def _blames_the_learner(exc: BaseException) -> bool:
+    """Did the learner's code raise `exc` (or call what raised it), or did the library refuse
+    what the learner's code did (a PagedKVError, whose message says what)?"""
+    from paged_kv.errors import PagedKVError
+
+    return isinstance(exc, NotImplementedError | PagedKVError) or _learner_frame(exc) is not None
+
+
+def _labelled(label: str, message: str) -> str:
+    return message if message.startswith(label) else f"{label}: {message}"
+
+
+def learner_error(exc: BaseException, label: str | None = None, doing: str = "") -> Exception:
+    """`exc`, raised while a check ran the learner's code, as a message about their code."""
+    label = label or _label.get() or "this check"
+    if isinstance(exc, NotImplementedError):
+        frame = _learner_frame(exc)
+        where = f"`{frame.name}`" if frame else "a function"
+        return ExerciseNotDone(
+            f"{label} is not done yet: {where} still raises NotImplementedError "
+            f"({exc}). Write it, run its cell, then run this check again."
+        )
+    step = f"\nThe check was running: {doing}" if doing else ""
+    if _learner_frame(exc) is None:  # the library refused a state the learner's code made
+        return CheckFailed(
+            f"{label}: the library raised {type(exc).__name__}: {exc} Your code returned "
+            f"without an error earlier, but left things in a state the library refuses.{step}"
+        )
+    return CheckFailed(f"{label}: your code raised {type(exc).__name__}: {exc}{_where(exc)}.{step}")
+
+
+def _is_library(filename: str) -> bool:
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")  # <stdin>, <ipython-input-...>: the learner's
+    return os.path.realpath(filename).startswith(_LIBRARY_DIRS)
+
+
+def _learner_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of `exc`'s traceback that runs the learner's code."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library(f.filename)]
+    return frames[-1] if frames else None
+
+
+def _where(exc: BaseException) -> str:
+    """Where the learner's code raised `exc`, or called the library that raised it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [i for i, f in enumerate(frames) if not _is_library(f.filename)]
+    if not mine:
+        return ""
+    frame = frames[mine[-1]]
+    place = _place(frame)
+    line = f": `{frame.line.strip()}`" if frame.line else ""
+    inside = ""
+    if mine[-1] < len(frames) - 1:  # the learner called into the library, which raised
+        inner = frames[-1]
+        inside = f" (raised inside {Path(inner.filename).name}'s `{inner.name}`, called from there)"
+    return f"\n  in `{frame.name}`, {place}{line}{inside}"
+
+
+def _place(frame: traceback.FrameSummary) -> str:
+    name = frame.filename
+    if "ipykernel_" in name or name.startswith("<ipython-input"):
+        return f"line {frame.lineno} of its cell"
+    return f"line {frame.lineno} of {Path(name).name}"
+
+
+def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run the learner's `fn`; an exception becomes a message that names `doing`."""
     try:
-        fn()
+        return fn(*args, **kwargs)
+    except (CheckFailed, ExerciseNotDone):
+        raise
+    except Exception as exc:
+        raise learner_error(exc, doing=doing) from None
+
+
+# -- replayable operations -------------------------------------------------------------------
+
+
+class Failure(Exception):
+    """A trial failed: `cause` says why (shrinking keeps it), `message` says it to the learner."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.message = message
+
+
+class Replay:
+    """The operations a check applied, as lines of Python that replay them.
+
+    `run(line, fn, *args)` records `line`, calls the learner's `fn`, notes what it returned,
+    and turns an exception into a `Failure` whose message names the step.
+    """
+
+    def __init__(self, *setup: str) -> None:
+        self.lines: list[str] = list(setup)
+
+    def note(self, line: str) -> None:
+        self.lines.append(line)
+
+    def run(self, line: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.lines.append(line)
+        try:
+            result = fn(*args, **kwargs)
+        except (CheckFailed, ExerciseNotDone):
+            raise
+        except NotImplementedError as exc:
+            raise learner_error(exc) from None
+        except Exception as exc:
+            raise Failure(
+                f"raised {type(exc).__name__} at {_where(exc)}",
+                f"`{line}` raised {type(exc).__name__}: {exc}{_where(exc)}",
+            ) from exc
+        if isinstance(result, int | list | tuple | str | bytes) and not isinstance(result, bool):
+            self.lines[-1] = f"{line}  # returned {_short(result, 80)}"
+        return result
+
+    def raises(
+        self, error: type[Exception], line: str, fn: Callable[..., Any], *args: Any, why: str = ""
+    ) -> Exception:
+        """Record `line`, which must raise `error` (because `why`); a Failure otherwise."""
+        because = f" ({why})" if why else ""
+        self.lines.append(line)
+        try:
+            result = fn(*args)
+        except error as exc:
+            self.lines[-1] = f"{line}  # raises {error.__name__}"
+            return exc
+        except NotImplementedError as exc:
+            raise learner_error(exc) from None
+        except Exception as exc:
+            raise Failure(
+                f"{line}: raised {type(exc).__name__}, not {error.__name__}",
+                f"`{line}` should raise {error.__name__}{because}, but it raised "
+                f"{type(exc).__name__}: {exc}{_where(exc)}",
+            ) from exc
+        raise Failure(
+            f"{line.split('(')[0]}: no {error.__name__}",
+            f"`{line}` should raise {error.__name__}{because}, but it returned {_short(result)}",
+        )
+
+    def read(self, expression: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Evaluate `expression` (not recorded: reading changes nothing)."""
+        try:
+            return fn(*args)
+        except (CheckFailed, ExerciseNotDone):
+            raise
+        except NotImplementedError as exc:
+            raise learner_error(exc) from None
+        except Exception as exc:
+            raise Failure(
+                f"{expression} raised {type(exc).__name__} at {_where(exc)}",
+                f"after the last line, `{expression}` raised {type(exc).__name__}: "
+                f"{exc}{_where(exc)}",
+            ) from exc
+
+    def fail(self, cause: str, message: str) -> None:
+        raise Failure(cause, message)
+
+    def render(self, indent: str = "    ") -> str:
+        return "\n".join(indent + line for line in self.lines)
+
+
+def fixed(message_intro: str, scenario: Callable[[Replay], None], replay: Replay) -> None:
+    """Run a fixed scenario; a failure becomes a CheckFailed with every step listed."""
+    try:
+        scenario(replay)
+    except Failure as failure:
+        raise CheckFailed(f"{failure.message}.\n{message_intro}:\n{replay.render()}") from None
+    except (CheckFailed, ExerciseNotDone):
+        raise
+    except Exception as exc:
+        error = learner_error(exc)
+        if isinstance(error, ExerciseNotDone):
+            raise error from None
+        raise CheckFailed(f"{error}\n{message_intro} so far:\n{replay.render()}") from None
+
+
+def search(
+    run: Callable[[list[Any], Replay], None],
+    make_ops: Callable[[random.Random], list[Any]],
+    *,
+    trials: int,
+    seed: int,
+    what: str,
+    keep: int = 1,
+    max_runs: int = 400,
+) -> None:
+    """Random trials of `run(ops, replay)`; the first failure is shrunk, then reported.
+
+    `make_ops(rng)` draws a trial's operations; `run` applies them to fresh objects, recording
+    each line in `replay`. Operations must stay legal when others are removed (draw intents,
+    resolved against the state when applied), so that any subsequence replays. The first
+    `keep` entries describe the setup and are never removed.
+    """
+    for trial in range(trials):
+        ops = make_ops(random.Random(seed * 100_003 + trial))
+        failure = _attempt(run, ops)
+        if failure is None:
+            continue
+        failure, replay = _shrink(run, ops, failure[0].cause, keep, max_runs)
+        raise CheckFailed(
+            f"{failure.message}.\nReplay it (random trial {trial} of {what}, seed={seed}, "
+            f"shrunk to the {len(replay.lines)} lines that still fail):\n{replay.render()}"
+        )
+
+
+def _attempt(
+    run: Callable[[list[Any], Replay], None], ops: list[Any]
+) -> tuple[Failure, Replay] | None:
+    replay = Replay()
+    try:
+        with quiet():
+            run(ops, replay)
+    except Failure as failure:
+        return failure, replay
+    return None
+
+
+def _shrink(
+    run: Callable[[list[Any], Replay], None],
+    ops: list[Any],
+    cause: str,
+    keep: int,
+    max_runs: int,
+) -> tuple[Failure, Replay]:
+    """Remove chunks of operations while the trial still fails with the same cause."""
+    best = _attempt(run, ops)
+    assert best is not None
+    runs, chunk = 0, max(1, (len(ops) - keep) // 2)
+    while chunk >= 1 and runs < max_runs and len(ops) > keep:
+        i, removed = keep, False
+        while i < len(ops) and runs < max_runs:
+            candidate = ops[:i] + ops[i + chunk :]
+            runs += 1
+            result = _attempt(run, candidate)
+            if result is not None and result[0].cause == cause:
+                ops, best, removed = candidate, result, True
+            else:
+                i += chunk
+        if not removed:
+            chunk //= 2
+    return best
+
+
+__all__ = ["CheckFailed", "ExerciseNotDone", "count_lines_executed", "exercise", "expect"]
+
+# -- helpers for messages ----------------------------------------------------------------------
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the learner's prints while a check replays many trials."""
+    stdout = sys.stdout
+    try:
+        with open(os.devnull, "w") as devnull:
+            sys.stdout = devnull
+            yield
     finally:
-        sys.settrace(previous)
-    return count
+        sys.stdout = stdout
