@@ -1,7 +1,9 @@
-"""Executing an exercise notebook fails in every check cell, with the stub's NotImplementedError.
+"""Executing an exercise notebook fails in every check cell with "not done yet", and nothing else.
 
-That proves the stubs are real and that each check calls the learner's code. (The solutions are
-executed by nbval with the rest of the notebooks and must pass.)
+That proves the stubs are real and that each check calls the learner's code; the failure is
+the check's one-line message (ExerciseNotDone), never a traceback into the checks or the library.
+(The solutions are executed by nbval with the rest of the notebooks and must pass; the grader's
+own tests, tests/test_grade.py, grade a solution, a stub and a planted mistake.)
 """
 
 from pathlib import Path
@@ -18,7 +20,7 @@ EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 def test_every_check_cell_fails_with_not_implemented(path):
     nb = nbformat.read(path, as_version=4)
     NotebookClient(
-        nb, timeout=120, allow_errors=True, resources={"metadata": {"path": str(ROOT)}}
+        nb, timeout=120, allow_errors=True, resources={"metadata": {"path": str(path.parent)}}
     ).execute()
     check_cells = [c for c in nb.cells if "check" in c.metadata.get("tags", [])]
     assert check_cells
@@ -27,7 +29,10 @@ def test_every_check_cell_fails_with_not_implemented(path):
             continue
         errors = [o for o in cell.outputs if o.output_type == "error"]
         if cell in check_cells:
-            assert [e.ename for e in errors] == ["NotImplementedError"], cell.source
+            assert [e.ename for e in errors] == ["ExerciseNotDone"], cell.source
+            assert "not done yet" in errors[0].evalue
             assert "replace this line with your code" in errors[0].evalue
+            shown = "\n".join(errors[0].traceback)
+            assert "paged_kv/" not in shown and "File " not in shown, shown  # no traceback
         else:
             assert not errors, f"a non-check cell failed: {cell.source[:80]}"

@@ -21,6 +21,7 @@ from notebook_headers import ROOT, with_headers
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 DEF = re.compile(r"^\s*def (\w+)\(")
+CLASS = re.compile(r"^\s*class (\w+)\b")
 
 
 def stub_source(source: str, where: str) -> str:
@@ -37,7 +38,7 @@ def stub_source(source: str, where: str) -> str:
         indent = line[: len(line) - len(line.lstrip())]
         if not indent:
             raise ValueError(f"{where}: solution regions must sit inside a function body")
-        name = next((m.group(1) for m in map(DEF.match, reversed(out)) if m), "this exercise")
+        name = _enclosing_name(out)
         i += 1
         while i < len(lines) and lines[i].strip().startswith("# Hint:"):
             out.append(lines[i])
@@ -49,6 +50,23 @@ def stub_source(source: str, where: str) -> str:
         out.append(f'{indent}raise NotImplementedError("{name}: replace this line with your code")')
         i += 1
     return "\n".join(out)
+
+
+def _enclosing_name(lines: list[str]) -> str:
+    """`Class.method` or `function` of the def that the region sits in."""
+    for i in range(len(lines) - 1, -1, -1):
+        match = DEF.match(lines[i])
+        if not match:
+            continue
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        for above in reversed(lines[:i]):
+            klass = CLASS.match(above)
+            if klass and len(above) - len(above.lstrip()) < indent:
+                return f"{klass.group(1)}.{match.group(1)}"
+            if above.strip() and len(above) - len(above.lstrip()) < indent:
+                break
+        return match.group(1)
+    return "this exercise"
 
 
 def exercise_path(solution: Path) -> Path:
