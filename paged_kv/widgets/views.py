@@ -49,10 +49,11 @@ CONTROLS_CSS = (
 
 
 def caption_html(text: str) -> str:
-    """A caption line on the card's own background, readable in any page theme."""
+    """A caption line on the card's own background, readable in any page theme (with the
+    controls' style rule: a caption sits under the controls in every stepper)."""
     return (
-        f'<div class="paged-kv-caption" style="background:{CARD};color:{INK};padding:4px 8px;'
-        f'border:1px solid #c8c8c8;border-radius:6px;{FONT}">{text}</div>'
+        f'{CONTROLS_CSS}<div class="paged-kv-caption" style="background:{CARD};color:{INK};'
+        f'padding:4px 8px;border:1px solid #c8c8c8;border-radius:6px;{FONT}">{text}</div>'
     )
 
 
@@ -195,8 +196,8 @@ class _Stepper(_StaticPicture, widgets.VBox):
         self.speed.observe(lambda change: setattr(self.play, "interval", change["new"]), "value")
         self.slider.observe(lambda change: self._show(change["new"]), names="value")
         self.controls = widgets.HBox(
-            [widgets.HTML(CONTROLS_CSS), self.play, self.stop_button, self.back_button,
-             self.step_button, self.speed, self.slider],
+            [self.play, self.stop_button, self.back_button, self.step_button, self.speed,
+             self.slider],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )  # fmt: skip
         self.controls.add_class("paged-kv-controls")
@@ -293,12 +294,18 @@ class OperationStepper(_Stepper):
 class PrefixTreeView(_Stepper):
     """Apply `ops` to a prefix-caching `manager` and step through its prefix tree: the
     chained-hash blocks (or the radix index's nodes) as a tree that grows as requests
-    arrive, each block in use, cached or evicted; the block-table map below."""
+    arrive, each block in use, cached or evicted; with `show_map`, the block-table map below."""
 
     def __init__(
-        self, manager: KVCacheManager, ops: Sequence[Operation], *, start: int = 0
+        self,
+        manager: KVCacheManager,
+        ops: Sequence[Operation],
+        *,
+        start: int = 0,
+        show_map: bool = False,
     ) -> None:
         self.ops = list(ops)
+        self.show_map = show_map
         self.frames = prefix_tree_frames(manager, self.ops)
         self.snapshots = [f.snapshot for f in self.frames]
         self.owners: list[Hashable] = []
@@ -306,7 +313,8 @@ class PrefixTreeView(_Stepper):
             self.owners += [s for s in snap.block_tables if s not in self.owners]
         self.tree = widgets.HTML()
         self.map = widgets.HTML()
-        super().__init__(len(self.frames), [self.tree, self.map], start)
+        body = [self.tree, self.map] if show_map else [self.tree]
+        super().__init__(len(self.frames), body, start)
         self.add_class("paged-kv-tree-view")
 
     def _show(self, k: int) -> None:
@@ -315,8 +323,9 @@ class PrefixTreeView(_Stepper):
             f"<b>step {k}/{len(self.frames) - 1}</b>: {esc_text(frame.what)}"
         )
         self.tree.value = render_prefix_tree_html(frame)
-        prev = self.snapshots[k - 1] if k else None
-        self.map.value = render_block_table_map(self.snapshots[k], prev, owners=self.owners)
+        if self.show_map:
+            prev = self.snapshots[k - 1] if k else None
+            self.map.value = render_block_table_map(self.snapshots[k], prev, owners=self.owners)
 
 
 class TraceReplayView(_Stepper):
