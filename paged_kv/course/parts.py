@@ -132,12 +132,7 @@ def _shown(path: Path) -> str:
 def _source_of(obj: Any) -> str:
     """The source of the cells (or files) that define `obj`, base classes' cells first."""
     files: list[str] = []
-    targets = (
-        [c for c in reversed(inspect.getmro(obj)) if c.__module__ == obj.__module__]
-        if (inspect.isclass(obj))
-        else [obj]
-    )
-    for target in targets:
+    for target in _with_dependencies(obj):
         for filename in _files_of(target):
             if filename not in files:
                 files.append(filename)
@@ -177,6 +172,41 @@ def _definitions(source: str) -> str:
             out += gap + "\n".join(lines[start - 1 : node.end_lineno])
             previous_import = is_import
     return out
+
+
+def _with_dependencies(obj: Any, seen: set[int] | None = None) -> list[Any]:
+    """`obj` after what it needs from the same notebook: a class's bases, and the functions
+    and classes a function or method names as globals (helpers from other cells)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    needed: list[Any] = []
+    if inspect.isclass(obj):
+        for base in reversed(inspect.getmro(obj)[1:]):
+            if base.__module__ == obj.__module__:
+                needed += _with_dependencies(base, seen)
+        functions = [getattr(v, "__func__", getattr(v, "fget", v)) for v in vars(obj).values()]
+    else:
+        functions = [obj]
+    for function in functions:
+        if not inspect.isfunction(function):
+            continue
+        for name in _global_names(function.__code__):
+            value = function.__globals__.get(name)
+            if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(
+                value, "__module__", None
+            ) == obj.__module__:
+                needed += _with_dependencies(value, seen)
+    return [*needed, obj]
+
+
+def _global_names(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _global_names(const)
+    return names
 
 
 def _files_of(obj: Any) -> list[str]:

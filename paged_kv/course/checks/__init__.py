@@ -35,6 +35,7 @@ from paged_kv.course.checks.ch04_prefix_caching import (
 )
 from paged_kv.course.checks.ch05_paged_attention import (
     check_lse_merge,
+    check_online_softmax,
     check_paged_decode,
     check_write_kv,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "check_longest_run",
     "check_lse_merge",
     "check_manager_slots",
+    "check_online_softmax",
     "check_paged_decode",
     "check_parts_so_far",
     "check_policy_contract",
