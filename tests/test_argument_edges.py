@@ -165,3 +165,43 @@ def test_the_last_good_values_are_accepted(live):
 def test_nan_is_no_count():
     with pytest.raises(InvalidArgument):
         KVCacheManager(8, 4).can_allocate(math.nan)
+
+
+def test_an_empty_prompt_is_refused_as_such(live):
+    before = state(live)
+    for empty in ([], (), iter([])):
+        with pytest.raises(InvalidArgument, match="at least one prompt token"):
+            live.add_sequence("c", empty)
+    assert state(live) == before
+
+
+@pytest.mark.parametrize(
+    "length, good, bad",
+    [
+        (13, [0, 4, 8, 12], [16, 3, 13, -4, True, 4.0]),  # room: 3 whole blocks
+        (12, [0, 4, 8], [12, 2]),  # the last prompt token is always computed
+        (1, [0], [4, 1]),  # no room at all
+    ],
+)
+def test_loaded_tokens_are_whole_blocks_before_the_last_prompt_token(length, good, bad):
+    m = KVCacheManager(16, 4)
+    for i, loaded in enumerate(good):
+        m.add_sequence(i, [100 + i] * length, num_loaded_tokens=loaded)
+        assert m.num_cached_tokens(i) == loaded
+    before = state(m)
+    for loaded in bad:
+        with pytest.raises(InvalidArgument, match="num_loaded_tokens"):
+            m.add_sequence("x", [7] * length, num_loaded_tokens=loaded)
+    assert state(m) == before
+
+
+def test_loaded_tokens_come_after_the_prefix_hits():
+    m = KVCacheManager(16, 4)
+    m.add_sequence("a", [*range(8), 99])  # registers two full blocks
+    prompt = [*range(8), *range(50, 55)]  # 13 tokens: 2 blocks hit, room for 1 more
+    m.add_sequence("b", prompt, num_loaded_tokens=4)
+    assert m.num_cached_tokens("b") == 12
+    before = state(m)
+    with pytest.raises(InvalidArgument, match="num_loaded_tokens"):
+        m.add_sequence("c", prompt, num_loaded_tokens=8)
+    assert state(m) == before

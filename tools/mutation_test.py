@@ -105,6 +105,7 @@ _CACHE_CORE = (
     "tests/test_block_pool.py",
     "tests/test_stateful.py::TestManager",
     "tests/test_radix_cache.py",
+    "tests/test_learner_hooks.py",
     _TIERED_ENGINE,
 )
 _POOL_MACHINE = "tests/test_stateful.py::TestPool"
@@ -169,10 +170,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_manager.py",
         "tests/test_replay.py",
     ),
-    "paged_kv/cache/caching_pool.py": (
-        "tests/test_learner_hooks.py",
-        *_CACHE_CORE,
-    ),
+    "paged_kv/cache/caching_pool.py": _CACHE_CORE,
     "paged_kv/cache/radix_cache.py": (
         "tests/test_radix_cache.py",
         "tests/test_prefix_caching.py",
@@ -606,15 +604,24 @@ def run_module(
         return entry, []
     timeout = max(args.timeout, 3 * baseline)
 
+    done = iter(range(1, len(mutants) + 1))
+
     def run_one(mutant: Mutant) -> tuple[Mutant, str, float]:
         checkout = checkouts.get()
         target = checkout / mutant.module
         try:
             target.write_text(mutated_source(source, mutant))
-            return mutant, *run_tests(checkout, tests, timeout, keyword)
+            outcome, seconds = run_tests(checkout, tests, timeout, keyword)
         finally:
             target.write_text(source)
             checkouts.put(checkout)
+        verdict = {"passed": "SURVIVED", "failed": "killed", "timeout": "killed (timeout)"}
+        print(
+            f"  [{next(done)}/{len(mutants)}] {Path(module).name}:{mutant.line} {mutant.kind} "
+            f"{verdict[outcome]} in {seconds:.0f} s: {mutant.original}  =>  {mutant.mutation}",
+            flush=True,
+        )
+        return mutant, outcome, seconds
 
     counts = {"passed": 0, "failed": 0, "timeout": 0}
     survivors = []
