@@ -322,7 +322,7 @@ def render_gantt(
                 spans.append(f'<span style="display:inline-block;width:{n * width}px"></span>')
             else:
                 style = PHASE_STYLES[phase]
-                glyph = style["glyph"] if n * width >= 10 else ""
+                glyph = style["glyph"] if n * width >= 7 else ""  # the glyph doubles the hue
                 spans.append(
                     f'<span data-phase="{phase}" data-start="{step}" data-steps="{n}" '
                     f'title="request {esc(request)}: {phase}, steps {step}–{step + n - 1}" '
