@@ -259,4 +259,6 @@ def test_caching_pool_has_every_pool_call_the_manager_makes():
     import paged_kv.cache.manager as manager_module
 
     used = set(re.findall(r"self\.pool\.(\w+)", Path(manager_module.__file__).read_text()))
-    assert used and not used - set(dir(CachingPool)), sorted(used - set(dir(CachingPool)))
+    pool = KVCacheManager(8, 4, pool=BlockPool).pool  # a CachingPool over a plain pool
+    assert isinstance(pool, CachingPool)
+    assert used and not used - set(dir(pool)), sorted(used - set(dir(pool)))
