@@ -39,6 +39,7 @@ from paged_kv.widgets.theme import (
     count_colour,
     text_on,
 )
+from paged_kv.widgets.tier_view import render_block_sources_html
 
 
 def forked_manager():
@@ -92,6 +93,7 @@ def test_every_renderer_is_readable_in_a_dark_page():
         render_decode_gather([7, 2, 9], 11, 4, 12, splits=2),
         render_online_softmax([2.0, 0.5, 3.0, -1.0], [1, 2, 3, 4], 2),
         render_gantt({0: ["prefill", "decode", "preempted", "waiting", None]}, current=1),
+        render_block_sources_html({7: ["device", "host", "disk", "remote", "computed"]}),
     ]
     for html in htmls:
         ratios = assert_readable(html)

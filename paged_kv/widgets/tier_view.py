@@ -11,6 +11,8 @@ import ipywidgets as widgets
 
 from paged_kv.errors import InvalidArgument
 from paged_kv.serving.engine import Engine
+from paged_kv.widgets.theme import INK, card, text_on
+from paged_kv.widgets.views import _StaticPicture
 
 # Colour doubled by a glyph and a border style, as in the pool view.
 SOURCE_STYLES: dict[str, dict[str, str]] = {
@@ -37,26 +39,26 @@ def render_block_sources_html(sources: Mapping[Hashable, Sequence[str]]) -> str:
                 f'<div data-request="{html.escape(str(request))}" data-block="{i}" '
                 f'data-source="{source}" title="block {i} · {source}" style="width:34px;'
                 f"height:22px;box-sizing:border-box;background:{style['fill']};"
-                f"border:{style['border']};display:flex;align-items:center;"
+                f"border:{style['border']};color:{text_on(style['fill'])};display:flex;"
+                "align-items:center;"
                 f'justify-content:center;font-size:9px">{style["glyph"]}</div>'
             )
         rows.append(
             '<div style="display:flex;gap:3px;align-items:center;margin:2px 0">'
-            f'<span style="width:70px">request {html.escape(str(request))}</span>'
+            f'<span style="width:70px;color:{INK}">request {html.escape(str(request))}</span>'
             f"{''.join(cells)}</div>"
         )
     legend = " · ".join(
-        f'<span style="background:{s["fill"]};border:{s["border"]};padding:0 3px">'
+        f'<span style="background:{s["fill"]};border:{s["border"]};padding:0 3px;'
+        f'color:{text_on(s["fill"])}">'
         f"{s['glyph']}</span> {name}: {counts[name]}"
         for name, s in SOURCE_STYLES.items()
     )
-    return (
-        '<div class="paged-kv-sources" style="font-family:monospace;font-size:11px">'
-        f'<div style="margin-bottom:6px">{legend}</div>{"".join(rows)}</div>'
-    )
+    body = f'<div style="margin-bottom:6px;color:{INK}">{legend}</div>{"".join(rows)}'
+    return card(body, "paged-kv-sources")
 
 
-class BlockSourcesView(widgets.VBox):
+class BlockSourcesView(_StaticPicture, widgets.VBox):
     """The sources of every admitted request of an engine with a store; `refresh()` after
     stepping it."""
 
@@ -73,3 +75,6 @@ class BlockSourcesView(widgets.VBox):
 
     def refresh(self) -> None:
         self.html.value = render_block_sources_html(self.engine.connector.block_sources)
+
+    def static_html(self) -> str:
+        return self.html.value
