@@ -31,7 +31,7 @@ def test_every_check_cell_fails_with_not_implemented(path):
         if cell in check_cells:
             assert [e.ename for e in errors] == ["ExerciseNotDone"], cell.source
             assert "not done yet" in errors[0].evalue
-            assert "replace this line with your code" in errors[0].evalue
+            assert "still has its stub" in errors[0].evalue
             shown = "\n".join(errors[0].traceback)
             assert "paged_kv/" not in shown and "File " not in shown, shown  # no traceback
         else:

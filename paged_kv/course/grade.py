@@ -99,7 +99,8 @@ def _verdict(cell: Any, errors: list[dict], heading: str, first_error: str, numb
     message = _clean(error["evalue"])
     label = _label(message, heading, number)
     if error["ename"] == "ExerciseNotDone":
-        return Verdict(label, NOT_DONE, _strip_label(message, label))
+        detail = _strip_label(message, label).removeprefix("is not done yet: ")
+        return Verdict(label, NOT_DONE, detail)
     if error["ename"] == "CheckFailed":
         return Verdict(label, FAILED, _strip_label(message, label))
     if error["ename"] == "NotImplementedError":

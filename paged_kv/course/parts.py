@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import linecache
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,17 @@ def _with_dependencies(obj: Any, seen: set[int] | None = None) -> list[Any]:
     return [*needed, obj]
 
 
+def _cell_defining(class_name: str) -> list[str]:
+    """The latest notebook cell (kept in linecache by IPython) that defines `class_name`."""
+    header = re.compile(rf"^class {re.escape(class_name)}\b", re.MULTILINE)
+    cells = [
+        name
+        for name, entry in list(linecache.cache.items())
+        if "ipykernel_" in name and len(entry) > 2 and header.search("".join(entry[2]))
+    ]
+    return cells[-1:]
+
+
 def _global_names(code: Any) -> set[str]:
     names = set(code.co_names)
     for const in code.co_consts:
@@ -212,6 +224,8 @@ def _global_names(code: Any) -> set[str]:
 def _files_of(obj: Any) -> list[str]:
     if inspect.isfunction(obj):
         return [obj.__code__.co_filename]
+    if not any(inspect.isfunction(getattr(v, "__func__", v)) for v in vars(obj).values()):
+        return _cell_defining(obj.__name__)  # a class without methods: find its cell
     names = []
     for value in vars(obj).values():
         value = getattr(value, "__func__", value)  # staticmethod, classmethod

@@ -23,6 +23,7 @@ from paged_kv.course.checks.support import (
     expect,
     learner_error,
     passed,
+    stub_of,
 )
 from paged_kv.errors import OutOfBlocks
 from paged_kv.serving.engine import Engine
@@ -386,10 +387,10 @@ def _run_parts(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[E
         raise
     except Exception as exc:
         culprit = _part_of(exc, parts)
+        if isinstance(exc, NotImplementedError):
+            raise ExerciseNotDone(f"Capstone is not done yet: {culprit}{stub_of(exc)}") from None
         error = learner_error(exc, "Capstone", doing="the capstone's engine run")
         text = str(error).removeprefix("Capstone: ")
-        if isinstance(error, ExerciseNotDone):
-            raise ExerciseNotDone(f"Capstone: {culprit}{text}") from None
         if not culprit:  # raised in the library: find the part without which all goes well
             causes = _swap_each(parts, scheduler_cls, None)
             if causes:

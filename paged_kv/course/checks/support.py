@@ -176,12 +176,7 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
     """`exc`, raised while a check ran the learner's code, as a message about their code."""
     label = label or _label.get() or "this check"
     if isinstance(exc, NotImplementedError):
-        frame = _learner_frame(exc)
-        where = f"`{frame.name}`" if frame else "a function"
-        return ExerciseNotDone(
-            f"{label} is not done yet: {where} still raises NotImplementedError "
-            f"({exc}). Write it, run its cell, then run this check again."
-        )
+        return ExerciseNotDone(f"{label} is not done yet: {stub_of(exc)}")
     step = f"\nThe check was running: {doing}" if doing else ""
     if _learner_frame(exc) is None:  # the library refused a state the learner's code made
         return CheckFailed(
@@ -189,6 +184,21 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
             f"without an error earlier, but left things in a state the library refuses.{step}"
         )
     return CheckFailed(f"{label}: your code raised {type(exc).__name__}: {exc}{_where(exc)}.{step}")
+
+
+STUB = ": replace this line with your code"
+
+
+def stub_of(exc: BaseException) -> str:
+    """Which stub raised `exc`, and what to do about it."""
+    text = str(exc)
+    if text.endswith(STUB):
+        where = f"`{text[: -len(STUB)]}` still has its stub"
+    else:
+        frame = _learner_frame(exc)
+        name = f"`{frame.name}`" if frame else "a function"
+        where = f"{name} raises NotImplementedError ({text})"
+    return f"{where}. Write it, run its cell, then run this check again."
 
 
 def _is_library(filename: str) -> bool:
