@@ -223,7 +223,7 @@ def test_a_wrong_allocate_fails_naming_its_mistake(pool, check, mistake):
 def test_a_stub_is_not_done_yet():
     with pytest.raises(ExerciseNotDone, match=r"Exercise 1 \(allocate\) is not done yet"):
         checks.check_allocate(StubAllocate)
-    with pytest.raises(ExerciseNotDone, match="`FreeListPool.allocate` still has its stub"):
+    with pytest.raises(ExerciseNotDone, match=r"`FreeListPool\.allocate` still has its stub"):
         checks.check_release(StubAllocate)
 
 

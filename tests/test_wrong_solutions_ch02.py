@@ -339,5 +339,5 @@ def test_parts_so_far_catch_a_shared_slot_and_a_stub():
         def allocate(self, n=1):
             raise NotImplementedError("FreeListPool.allocate: replace this line with your code")
 
-    with pytest.raises(ExerciseNotDone, match="`FreeListPool.allocate` still has its stub"):
+    with pytest.raises(ExerciseNotDone, match=r"`FreeListPool\.allocate` still has its stub"):
         checks.check_parts_so_far(SequenceManager, functools.partial(StubPool))
