@@ -92,8 +92,7 @@ def test_imports_point_down(name, path):
 def test_the_check_sees_an_upward_import_even_inside_a_function():
     source = "def f():\n    from paged_kv.serving.engine import Engine\n"
     assert layer_violations(source, "paged_kv.cache.manager") == [
-        "paged_kv.cache.manager imports paged_kv.serving.engine (cache must not depend on "
-        "serving)"
+        "paged_kv.cache.manager imports paged_kv.serving.engine (cache must not depend on serving)"
     ]
     sideways = "from paged_kv.study import replay_trace\n"
     assert layer_violations(sideways, "paged_kv.serving.engine")
