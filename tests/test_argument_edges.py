@@ -82,6 +82,14 @@ def test_a_hit_rate_window_of_one_keeps_the_latest_request_only():
         8,
     )
     assert (rates.queried_tokens, rates.hit_tokens) == (18, 8)
+    m.add_sequence("c", [50] * 5)  # no hits; b's 8 hit tokens leave the window
+    rates = m.hit_rates()
+    assert (rates.window_requests, rates.window_queried_tokens, rates.window_hit_tokens) == (
+        1,
+        5,
+        0,
+    )
+    assert (rates.queried_tokens, rates.hit_tokens) == (23, 8)
 
 
 def test_allocation_and_eviction_names_are_checked():

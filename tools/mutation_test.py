@@ -99,6 +99,8 @@ _CACHE_CORE = (
     "tests/test_argument_edges.py",
     "tests/test_out_of_blocks_available.py",
     "tests/test_stats_recount.py",
+    "tests/test_sequence_ownership.py",
+    "tests/test_salt_isolation.py",
     "tests/test_manager.py",
     "tests/test_prefix_caching.py",
     "tests/test_token_zero.py",
@@ -146,6 +148,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "paged_kv/cache/hashing.py": (
         "tests/test_hash_format.py",
+        "tests/test_salt_isolation.py",
         "tests/test_prefix_caching.py",
         "tests/test_token_zero.py",
     ),
@@ -160,6 +163,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         _MANAGER_MACHINE,
     ),
     "paged_kv/cache/sequence.py": (
+        "tests/test_sequence_ownership.py",
         "tests/test_prefix_caching.py",
         "tests/test_token_zero.py",
         "tests/test_manager.py",
@@ -173,6 +177,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     "paged_kv/cache/caching_pool.py": _CACHE_CORE,
     "paged_kv/cache/radix_cache.py": (
         "tests/test_radix_cache.py",
+        "tests/test_salt_isolation.py",
         "tests/test_prefix_caching.py",
         "tests/test_manager.py",
     ),
