@@ -5,7 +5,7 @@ preempted request) appends again and readmits it, hitting its own cached blocks.
 import pytest
 
 from paged_kv import InvalidArgument, KVCacheManager
-from paged_kv.cache import TokenSequence
+from paged_kv.cache import TokenSequence, block_hashes
 
 
 def state(m: KVCacheManager):
@@ -48,3 +48,30 @@ def test_a_sequence_carries_its_own_namespace():
     m.add_sequence("b", list(range(5)), salt="t1")
     m.add_sequence("c", list(range(5)))
     assert (m.num_cached_tokens("b"), m.num_cached_tokens("c")) == (4, 0)
+
+
+def test_a_new_sequence_has_no_cached_tokens_and_hashes_for_any_block_size():
+    seq = TokenSequence(list(range(16)))
+    assert seq.num_cached_tokens == 0
+    assert seq.full_block_hashes(4) == block_hashes(list(range(16)), 4)
+    assert seq.full_block_hashes(8) == block_hashes(list(range(16)), 8)  # not the 4s reused
+    assert seq.full_block_hashes(4) == block_hashes(list(range(16)), 4)
+    small, big = KVCacheManager(8, 4), KVCacheManager(8, 8)
+    small.add_sequence("a", list(range(16)))
+    big.add_sequence("a", list(range(16)))
+    small.free_sequence("a")
+    seq = TokenSequence(list(range(17)))
+    small.add_sequence("b", seq)
+    big.add_sequence("b", TokenSequence(list(range(17))))
+    assert (small.num_cached_tokens("b"), big.num_cached_tokens("b")) == (16, 16)
+
+
+def test_a_copy_of_a_live_sequence_is_its_own():
+    m = KVCacheManager(8, 4)
+    seq = TokenSequence([1, 2, 3, 4, 5])
+    m.add_sequence("x", seq)
+    twin = seq.copy()
+    twin.append([6])  # not live: the copy belongs to whoever made it
+    assert twin.token_ids == [1, 2, 3, 4, 5, 6] and seq.token_ids == [1, 2, 3, 4, 5]
+    m.add_sequence("y", twin)
+    assert m.num_cached_tokens("y") == 4
