@@ -107,6 +107,15 @@ CARDS = (
 )
 
 
+# Every code cell shows its execution count ("[3]:"; textContent reads cells out of view too)
+# and the kernel is idle again.
+ALL_CELLS_RAN = """n => {
+    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+    const kernel = window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    return prompts.length === n && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))
+        && kernel?.status === "idle";
+}"""
+
 KERNEL_READY = """() => {
     const kernel = window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
     return kernel && kernel.status === "idle" && kernel.connectionStatus === "connected";
@@ -303,14 +312,19 @@ def check_notebook(page, lab_url: str, expected: dict) -> None:
     page.wait_for_function(KERNEL_READY, timeout=60_000)  # else run-all finds no kernel
     # Fire and forget: the command's promise settles only when every cell has run.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.wait_for_function(ALL_CELLS_RAN, arg=len(CELLS), timeout=180_000)  # one runs a model
 
+    # JupyterLab skips rendering cells out of view (content-visibility: auto), and then their
+    # innerText is empty: bring each widget into view before reading what it shows.
     view = page.locator(".jp-Cell").nth(0).locator(".paged-kv-grid [data-block-id]")
     stepper = page.locator(".paged-kv-stepper .paged-kv-map [data-block-id]")
     view.first.wait_for(state="attached", timeout=60_000)
     stepper.first.wait_for(state="attached", timeout=60_000)
     assert view.evaluate_all(states) == expected["view"]
     assert stepper.evaluate_all(states) == expected["stepper"][0]
+    page.locator(".jp-Cell").nth(0).scroll_into_view_if_needed()
     assert page.locator(".jp-Cell").nth(0).get_by_text("page 3 · releasable").count() == 1
+    page.locator(".paged-kv-stepper").scroll_into_view_if_needed()
     page.wait_for_function(  # the caption is a widget of its own: it may come a moment later
         "() => document.querySelector('.paged-kv-stepper .paged-kv-caption')?.innerText"
         ".includes('step 0/')",
@@ -329,23 +343,24 @@ def check_notebook(page, lab_url: str, expected: dict) -> None:
     assert f"step 1/{expected['steps']}" in page.locator(".paged-kv-stepper").inner_text()
     assert "add a: blocks" in page.locator(".paged-kv-stepper [data-changes]").inner_text()
 
-    # Every other view rendered (the engine cell runs a model: give it time).
-    for selector in (
+    for selector in (  # every other view rendered
         ".paged-kv-trace .paged-kv-eviction",
         ".paged-kv-tree-view .paged-kv-tree",
         ".paged-kv-engine .paged-kv-gantt",
         ".paged-kv-strips",
         ".paged-kv-gather",
     ):
-        page.locator(selector).first.wait_for(state="attached", timeout=120_000)
+        page.locator(selector).first.wait_for(state="attached", timeout=60_000)
     big = page.locator(".jp-Cell").nth(5).locator(".paged-kv-pool")
     big.wait_for(state="attached", timeout=60_000)
     assert big.locator("[data-block-id]").count() == 512
     assert big.bounding_box()["height"] < 700  # 512 blocks fit one screen
-    assert page.locator(".paged-kv-trace").get_by_text("evicted key").count() >= 1
+    trace = page.locator(".paged-kv-trace")
+    trace.scroll_into_view_if_needed()
+    assert trace.get_by_text("evicted key").count() >= 1
     assert page.locator(".paged-kv-tree [data-state='in_use']").count() >= 4
 
-    body = page.inner_text("body")
+    body = page.text_content("body")  # every cell's text, in view or not
     assert "Error displaying widget" not in body and "Traceback" not in body
     assert page.locator('[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
 
