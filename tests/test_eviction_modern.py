@@ -11,8 +11,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from paged_kv.cache.arc import ARC
 from paged_kv.cache.eviction import POLICIES, make_policy
-from paged_kv.cache.eviction_modern import ARC, S3FIFO, FrequencySketch, WTinyLFU, key_hash64
+from paged_kv.cache.s3fifo import S3FIFO
+from paged_kv.cache.tinylfu import FrequencySketch, WTinyLFU, key_hash64
 from paged_kv.study.trace_replay import belady_hits, perfect_lfu_hits, replay_trace
 
 KEYS = range(8)

@@ -137,7 +137,17 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_argument_edges.py",
         _POOL_MACHINE,
     ),
-    "paged_kv/cache/eviction_modern.py": (
+    "paged_kv/cache/arc.py": (
+        "tests/test_eviction_modern.py",
+        "tests/test_eviction.py",
+        "tests/test_block_pool.py",
+    ),
+    "paged_kv/cache/s3fifo.py": (
+        "tests/test_eviction_modern.py",
+        "tests/test_eviction.py",
+        "tests/test_block_pool.py",
+    ),
+    "paged_kv/cache/tinylfu.py": (
         "tests/test_eviction_modern.py",
         "tests/test_eviction.py",
         "tests/test_block_pool.py",

@@ -4,6 +4,7 @@ Nothing here knows about tensors or models: a block is an id, a sequence is a li
 ids. `KVCacheManager` is the one entry point the serving layer uses.
 """
 
+from paged_kv.cache.arc import ARC
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import blocks_needed, copy_on_write, grow_block_table, slot_mapping
 from paged_kv.cache.eviction import (
@@ -16,15 +17,16 @@ from paged_kv.cache.eviction import (
     PolicySpec,
     make_policy,
 )
-from paged_kv.cache.eviction_modern import ARC, S3FIFO, FrequencySketch, WTinyLFU
 from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
 from paged_kv.cache.hashing import BlockHash, block_hashes, hash_block
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.manager import KVCacheManager, SeqId
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache
+from paged_kv.cache.s3fifo import S3FIFO
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
+from paged_kv.cache.tinylfu import FrequencySketch, WTinyLFU
 from paged_kv.cache.usage import UsageStats
 
 __all__ = [

@@ -7,12 +7,20 @@ candidates. Every method is O(1): no heap, no list.remove, no scan.
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 
 from paged_kv.errors import InvalidArgument, InvalidBlock
 from paged_kv.validation import require_positive_int
+
+
+def require_fraction(name: str, value: float) -> float:
+    """`value` if it lies strictly between 0 and 1 (a share of the candidates), else an error."""
+    if not 0 < value < 1:
+        raise InvalidArgument(f"{name} must be a fraction strictly between 0 and 1, got {value!r}.")
+    return value
 
 
 class EvictionPolicy(ABC):
@@ -240,13 +248,11 @@ PolicySpec = str | EvictionPolicy | type[EvictionPolicy]
 """How callers name a policy: a key of `POLICIES` ("lru", "s3fifo", ...), a class or an instance."""
 
 
-def _modern(class_name: str) -> Callable[[], EvictionPolicy]:
-    """A policy of eviction_modern.py, imported on first use (that module builds on this one)."""
+def _lazy(module: str, class_name: str) -> Callable[[], EvictionPolicy]:
+    """A policy of `paged_kv.cache.<module>`, imported on first use (it builds on this module)."""
 
     def make() -> EvictionPolicy:
-        from paged_kv.cache import eviction_modern
-
-        return getattr(eviction_modern, class_name)()
+        return getattr(importlib.import_module(f"paged_kv.cache.{module}"), class_name)()
 
     make.__name__ = make.__qualname__ = class_name
     return make
@@ -257,9 +263,9 @@ POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "lfu": LFU,
     "lfu-aging": AgingLFU,
     "fifo": FIFO,
-    "s3fifo": _modern("S3FIFO"),
-    "w-tinylfu": _modern("WTinyLFU"),
-    "arc": _modern("ARC"),
+    "s3fifo": _lazy("s3fifo", "S3FIFO"),
+    "w-tinylfu": _lazy("tinylfu", "WTinyLFU"),
+    "arc": _lazy("arc", "ARC"),
 }
 
 

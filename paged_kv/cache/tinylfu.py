@@ -1,21 +1,15 @@
-"""Modern eviction policies: S3-FIFO, W-TinyLFU and ARC, behind the same `EvictionPolicy`.
-
-Each of them remembers something about blocks it no longer holds (a ghost queue, a frequency
-sketch, ghost lists), and that memory is keyed by *content* (`content_key`, the block hash when
-a prefix index is bound), never by block id: an evicted block id comes back with other content.
+"""W-TinyLFU (Caffeine's policy): a frequency sketch decides which of two blocks stays.
 
 Admission in a KV cache. In a web cache, "admission" decides whether an object enters the cache
 at all. Here a block is computed before anyone asks whether to keep it, so every freed full block
 *stays cached* (`make_evictable`): while the pool has free blocks, keeping it costs nothing. What
-these policies decide is where it stands in line. W-TinyLFU's admission duel runs when a victim
-is needed: the oldest block of the window is compared with main's victim by estimated frequency,
-and the loser is evicted, so a block "refused admission" is simply the next one to go. S3-FIFO's
-small queue is the same idea (a block must be hit there to reach main), and ARC's T1 list is too.
+W-TinyLFU decides is where it stands in line: its admission duel runs when a victim is needed
+(the window's oldest block against main's victim, by estimated frequency) and the loser is
+evicted, so a block "refused admission" is simply the next one to go. The sketch remembers
+evicted *content* (`content_key`), never block ids.
 
-Costs: every call is O(1) amortized. A dict or ordered-dict operation per call, plus loops that
-pay for earlier work (S3-FIFO's reinsertions are paid by the hits that set the bits, ghost trims
-by the insertions that filled the ghosts, protected-segment demotions by the promotions), plus the
-sketch's periodic halving, O(width) once every `sample_factor * width` increments.
+O(1) amortized per call: dict operations, protected-segment demotions paid for by the
+promotions, and the sketch's halving, O(width) once every `sample_factor * width` increments.
 """
 
 from __future__ import annotations
@@ -23,8 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from paged_kv.cache.eviction import EvictionPolicy
-from paged_kv.errors import InvalidArgument
+from paged_kv.cache.eviction import EvictionPolicy, require_fraction
 from paged_kv.validation import require_positive_int
 
 _M64 = (1 << 64) - 1
@@ -40,140 +33,6 @@ def key_hash64(key: Hashable) -> int:
     if type(key) is bytes and len(key) >= 8:
         return int.from_bytes(key[:8], "little")
     return hash((key, _SEED)) & _M64
-
-
-def _require_ratio(name: str, value: float) -> float:
-    if not 0 < value < 1:
-        raise InvalidArgument(f"{name} must be a fraction strictly between 0 and 1, got {value!r}.")
-    return value
-
-
-# -- S3-FIFO --------------------------------------------------------------------------------
-
-
-class S3FIFO(EvictionPolicy):
-    """S3-FIFO (Yang et al., SOSP 2023): a small probationary FIFO, a main FIFO, a ghost queue.
-
-    A new block enters the small queue S, unless its content is in the ghost queue G (evicted
-    from S recently), then it enters the main queue M. A hit only bumps a 2-bit counter
-    (`max_freq`=3); nothing moves. A victim comes from S while S holds at least `small_ratio`
-    of the candidates: S's oldest block moves to M if it was hit (`move_threshold` times) since
-    it entered, else it is evicted and its content key joins G. From M, the oldest block is
-    evicted if its counter is 0, else reinserted at M's young end with the counter minus one
-    (a 2-bit CLOCK). G keeps at most `ghost_ratio` x (blocks tracked) content keys, FIFO,
-    trimmed when a block comes in (after looking it up).
-
-    One-hit wonders (a request's own blocks, a scan) die in S without touching M. In a pool, a
-    block in use is not in a queue: it re-enters the young end of its queue when released.
-    """
-
-    name = "s3fifo"
-
-    def __init__(
-        self,
-        small_ratio: float = 0.1,
-        ghost_ratio: float = 0.9,
-        move_threshold: int = 1,
-        max_freq: int = 3,
-    ) -> None:
-        self.small_ratio = _require_ratio("small_ratio", small_ratio)
-        if not ghost_ratio >= 0:
-            raise InvalidArgument(f"ghost_ratio must be >= 0, got {ghost_ratio!r}.")
-        self.ghost_ratio = ghost_ratio
-        self.move_threshold = require_positive_int("move_threshold", move_threshold)
-        self.max_freq = require_positive_int("max_freq", max_freq)
-        self._small: OrderedDict[int, None] = OrderedDict()  # candidates in S, oldest first
-        self._main: OrderedDict[int, None] = OrderedDict()  # candidates in M, oldest first
-        self._ghost: OrderedDict[Hashable, None] = OrderedDict()  # content keys, oldest first
-        self._freq: dict[int, int] = {}  # tracked block -> hits since it entered its queue
-        self._in_main: dict[int, bool] = {}  # tracked block -> its queue is M
-        self._key: dict[int, Hashable] = {}  # tracked block -> its content key
-
-    def touch(self, block_id: int) -> None:
-        freq = self._freq.get(block_id)
-        if freq is None:
-            self._track(block_id)
-        elif freq < self.max_freq:
-            self._freq[block_id] = freq + 1
-
-    def make_evictable(self, block_id: int) -> None:
-        if block_id not in self._freq:
-            self._track(block_id)
-        (self._main if self._in_main[block_id] else self._small)[block_id] = None
-
-    def revive(self, block_id: int) -> None:
-        del (self._main if self._in_main[block_id] else self._small)[block_id]
-
-    def evict(self) -> int:
-        if not self._small and not self._main:
-            raise self._nothing_to_evict()
-        if self._small and (not self._main or len(self._small) >= self.small_ratio * len(self)):
-            victim = self._evict_small()
-            if victim is not None:
-                return victim
-        return self._evict_main()
-
-    def forget(self, block_id: int) -> None:
-        if block_id in self._freq:
-            (self._main if self._in_main[block_id] else self._small).pop(block_id, None)
-            self._untrack(block_id)
-
-    def queues(self) -> dict[str, list]:
-        """The candidates of S and M and the ghost keys, oldest first (for views; O(n))."""
-        return {"small": list(self._small), "main": list(self._main), "ghost": list(self._ghost)}
-
-    def __len__(self) -> int:
-        return len(self._small) + len(self._main)
-
-    def __contains__(self, block_id: object) -> bool:
-        return block_id in self._small or block_id in self._main
-
-    def _track(self, block_id: int) -> None:
-        key, ghost = self.content_key(block_id), self._ghost
-        in_ghost = key in ghost
-        if in_ghost:
-            del ghost[key]
-        self._in_main[block_id] = in_ghost
-        self._freq[block_id] = 0
-        self._key[block_id] = key
-        # Trimmed here, after the lookup: the victim chosen to make room for this block may
-        # have pushed out the very ghost this block is (the cache looks up before it evicts).
-        limit = int(self.ghost_ratio * len(self._freq))
-        while len(ghost) > limit:
-            del ghost[next(iter(ghost))]
-
-    def _untrack(self, block_id: int) -> Hashable:
-        del self._freq[block_id], self._in_main[block_id]
-        return self._key.pop(block_id)
-
-    def _evict_small(self) -> int | None:
-        small, freq = self._small, self._freq
-        while small:
-            block_id = next(iter(small))
-            del small[block_id]
-            if freq[block_id] >= self.move_threshold:  # hit while in S: promote to M
-                freq[block_id] = 0
-                self._in_main[block_id] = True
-                self._main[block_id] = None
-                continue
-            self._ghost[self._untrack(block_id)] = None  # trimmed when a block comes in
-            return block_id
-        return None
-
-    def _evict_main(self) -> int:
-        main, freq = self._main, self._freq
-        while True:
-            block_id = next(iter(main))
-            del main[block_id]
-            if freq[block_id]:  # CLOCK: a second chance per remaining hit
-                freq[block_id] -= 1
-                main[block_id] = None
-                continue
-            self._untrack(block_id)
-            return block_id
-
-
-# -- W-TinyLFU ------------------------------------------------------------------------------
 
 
 class FrequencySketch:
@@ -298,8 +157,8 @@ class WTinyLFU(EvictionPolicy):
         *,
         adaptive: bool = True,
     ) -> None:
-        self.window_ratio = _require_ratio("window_ratio", window_ratio)
-        self.protected_ratio = _require_ratio("protected_ratio", protected_ratio)
+        self.window_ratio = require_fraction("window_ratio", window_ratio)
+        self.protected_ratio = require_fraction("protected_ratio", protected_ratio)
         self.sketch = FrequencySketch(sample_factor=sample_factor)
         self.adaptive = adaptive
         self._hits = self._misses = 0  # in the current sample
@@ -420,114 +279,3 @@ class WTinyLFU(EvictionPolicy):
             del protected[block_id]
             self._segment[block_id] = _PROBATION
             probation[block_id] = None
-
-
-# -- ARC ------------------------------------------------------------------------------------
-
-
-class ARC(EvictionPolicy):
-    """Adaptive Replacement Cache (Megiddo and Modha, FAST 2003).
-
-    T1 holds blocks seen once lately, T2 blocks seen at least twice; B1 and B2 are ghost lists
-    of the content evicted from each. A new block whose content is in B1 means "T1 was too
-    small": the target size `p` of T1 grows (by |B2|/|B1|, at least 1); one found in B2 shrinks
-    it. Either way the block goes to T2. The victim is T1's LRU block while |T1| > p, else
-    T2's. When a block comes in (after its ghost lookup), ghosts are trimmed so that
-    |T1|+|B1| <= c and the total <= 2c, where c is the number of blocks tracked. Sizes of
-    T1/T2 count candidates (blocks in use cannot be chosen).
-    """
-
-    name = "arc"
-
-    def __init__(self) -> None:
-        self.p = 0.0  # target number of T1 candidates
-        self._t1: OrderedDict[int, None] = OrderedDict()  # candidates, LRU first
-        self._t2: OrderedDict[int, None] = OrderedDict()
-        self._b1: OrderedDict[Hashable, None] = OrderedDict()  # ghost content keys, LRU first
-        self._b2: OrderedDict[Hashable, None] = OrderedDict()
-        self._in_t2: dict[int, bool] = {}  # tracked block -> it belongs to T2
-        self._key: dict[int, Hashable] = {}
-
-    def touch(self, block_id: int) -> None:
-        in_t2 = self._in_t2.get(block_id)
-        if in_t2 is None:
-            self._track(block_id)
-        elif in_t2:
-            if block_id in self._t2:
-                self._t2.move_to_end(block_id)
-        else:
-            self._in_t2[block_id] = True
-            if block_id in self._t1:
-                del self._t1[block_id]
-                self._t2[block_id] = None
-
-    def make_evictable(self, block_id: int) -> None:
-        if block_id not in self._in_t2:
-            self._track(block_id)
-        (self._t2 if self._in_t2[block_id] else self._t1)[block_id] = None
-
-    def revive(self, block_id: int) -> None:
-        del (self._t2 if self._in_t2[block_id] else self._t1)[block_id]
-
-    def evict(self) -> int:
-        t1, t2 = self._t1, self._t2
-        if t1 and (len(t1) > self.p or not t2):
-            block_id, ghosts = next(iter(t1)), self._b1
-            del t1[block_id]
-        elif t2:
-            block_id, ghosts = next(iter(t2)), self._b2
-            del t2[block_id]
-        else:
-            raise self._nothing_to_evict()
-        ghosts[self._untrack(block_id)] = None  # trimmed when a block comes in
-        return block_id
-
-    def forget(self, block_id: int) -> None:
-        in_t2 = self._in_t2.get(block_id)
-        if in_t2 is not None:
-            (self._t2 if in_t2 else self._t1).pop(block_id, None)
-            self._untrack(block_id)
-
-    def lists(self) -> dict[str, list]:
-        """T1, T2 (candidates) and B1, B2 (ghost keys), LRU first (for views; O(n))."""
-        return {"t1": list(self._t1), "t2": list(self._t2), "b1": list(self._b1),
-                "b2": list(self._b2)}  # fmt: skip
-
-    def __len__(self) -> int:
-        return len(self._t1) + len(self._t2)
-
-    def __contains__(self, block_id: object) -> bool:
-        return block_id in self._t1 or block_id in self._t2
-
-    def _track(self, block_id: int) -> None:
-        key = self.content_key(block_id)
-        b1, b2 = self._b1, self._b2
-        c = len(self._in_t2) + 1
-        if key in b1:  # T1 evicted it too soon: give T1 more room
-            self.p = min(float(c), self.p + max(1.0, len(b2) / len(b1)))
-            del b1[key]
-            self._in_t2[block_id] = True
-        elif key in b2:  # T2 evicted it too soon: give T2 more room
-            self.p = max(0.0, self.p - max(1.0, len(b1) / len(b2)))
-            del b2[key]
-            self._in_t2[block_id] = True
-        else:
-            self._in_t2[block_id] = False
-        self._key[block_id] = key
-        self._trim_ghosts()
-
-    def _untrack(self, block_id: int) -> Hashable:
-        del self._in_t2[block_id]
-        return self._key.pop(block_id)
-
-    def _trim_ghosts(self) -> None:
-        """After a lookup (the cache looks up before it evicts): |T1|+|B1| <= c, all <= 2c."""
-        c = len(self._in_t2)
-        b1, b2 = self._b1, self._b2
-        while b1 and len(self._t1) + len(b1) > c:
-            del b1[next(iter(b1))]
-        while b1 or b2:
-            if len(b1) + len(b2) + len(self) <= 2 * c:
-                break
-            ghosts = b2 if b2 else b1
-            del ghosts[next(iter(ghosts))]
