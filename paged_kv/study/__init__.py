@@ -1,6 +1,6 @@
 """Study tools (chapters 00 and 03): the memory-waste study, trace replays against Belady's
-optimum, seeded workloads, operations as data, and KV sizing of real models. They drive the
-cache layer and measure it; the library never imports them.
+optimum and the online (oracle) bound, seeded workloads, operations as data, and KV sizing of
+real models. They drive the cache layer and measure it; the library never imports them.
 """
 
 from paged_kv.study.memory_waste import (
@@ -18,6 +18,7 @@ from paged_kv.study.memory_waste import (
     synthetic_requests,
 )
 from paged_kv.study.operations import Add, Append, Free, Operation, decode_workload, replay
+from paged_kv.study.oracle import oracle_hits
 from paged_kv.study.sizing import KNOWN_MODELS, ModelShape
 from paged_kv.study.trace_replay import (
     CacheFrame,
@@ -29,7 +30,9 @@ from paged_kv.study.trace_replay import (
     trace_frames,
 )
 from paged_kv.study.workloads import (
+    RATED_WORKLOADS,
     WORKLOADS,
+    RatedTrace,
     chat_sessions,
     multi_turn_chat,
     prefixes_with_scans,
@@ -41,6 +44,7 @@ __all__ = [
     "KNOWN_MODELS",
     "PAPER_TOKEN_STATE_SHARE",
     "PROFILES",
+    "RATED_WORKLOADS",
     "SCHEMES",
     "WORKLOADS",
     "Add",
@@ -52,6 +56,7 @@ __all__ = [
     "ModelShape",
     "Operation",
     "PrefillStats",
+    "RatedTrace",
     "Request",
     "Scheme",
     "WasteReport",
@@ -61,6 +66,7 @@ __all__ = [
     "memory_waste_study",
     "multi_turn_chat",
     "next_pow2",
+    "oracle_hits",
     "prefixes_with_scans",
     "replay",
     "replay_requests",
