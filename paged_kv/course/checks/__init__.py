@@ -50,12 +50,8 @@ from paged_kv.course.checks.ch07_beyond_one_process import (
     check_circuit_breaker,
     check_longest_run,
 )
-from paged_kv.course.checks.support import (
-    CheckFailed,
-    ExerciseNotDone,
-    count_lines_executed,
-    stubs_as_not_done,
-)
+from paged_kv.course.checks.cost import count_lines_executed
+from paged_kv.course.checks.failures import CheckFailed, ExerciseNotDone, stubs_as_not_done
 
 # Every check reports a stub as "not done yet", in one line (the labelled ones do already).
 for _name in [n for n in globals() if n.startswith("check_")]:

@@ -11,13 +11,7 @@ import torch
 
 from paged_kv.attention.storage import write_kv
 from paged_kv.attention.testing import dense_attention, random_paged_batch
-from paged_kv.course.checks.support import (
-    CheckFailed,
-    call,
-    exercise,
-    expect,
-    passed,
-)
+from paged_kv.course.checks.failures import CheckFailed, call, exercise, expect, passed
 
 
 class _Tiles:

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from paged_kv.course.checks.support import CheckFailed, expect, expect_raises, passed
+from paged_kv.course.checks.failures import CheckFailed, expect, expect_raises, passed
 from paged_kv.errors import CorruptBlock
 from paged_kv.tiers.breaker import CircuitBreaker
 from paged_kv.tiers.codec import encode_blob

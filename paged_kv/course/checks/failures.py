@@ -1,4 +1,5 @@
-"""What every chapter's checks share: failures a learner can act on, and repros that replay.
+"""Failures a learner can act on: what every chapter's checks say when the learner's code is
+wrong, raises, or is not written yet.
 
 - `CheckFailed` (a wrong answer) and `ExerciseNotDone` (a stub still in place) print only
   their message in Jupyter: `_render_traceback_` replaces the traceback, so no line of the
@@ -7,9 +8,6 @@
 - `@exercise(number, title)` labels a check; anything the learner's code raises inside it
   becomes "exercise N not done yet" (NotImplementedError) or "your code raised X at line L
   of your cell, in the step that was running" (anything else).
-- `Replay` records the operations a check applied, in Python a learner can paste into a cell;
-  `search` runs random trials and shrinks a failing one to the fewest operations that still
-  fail the same way, so every repro is complete and short.
 """
 
 from __future__ import annotations
@@ -17,17 +15,13 @@ from __future__ import annotations
 import contextvars
 import functools
 import os
-import random
-import sys
 import sysconfig
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import paged_kv
-from paged_kv.course.checks.cost import count_lines_executed
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,10 +89,10 @@ def expect_raises(
             raise
         raise CheckFailed(
             f"{what} should raise {names}, but your code raised "
-            f"{type(exc).__name__}: {exc}{_where(exc)}.{_hint(hint)}"
+            f"{type(exc).__name__}: {exc}{where_raised(exc)}.{_hint(hint)}"
         ) from None
     raise CheckFailed(
-        f"{what} should raise {names}, but it returned {_short(result)}.{_hint(hint)}"
+        f"{what} should raise {names}, but it returned {short_repr(result)}.{_hint(hint)}"
     )
 
 
@@ -106,7 +100,7 @@ def _hint(hint: str) -> str:
     return f" {hint}" if hint else ""
 
 
-def _short(value: Any, limit: int = 200) -> str:
+def short_repr(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 20] + f"… ({len(text)} characters)"
 
@@ -183,7 +177,9 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
             f"{label}: the library raised {type(exc).__name__}: {exc} Your code returned "
             f"without an error earlier, but left things in a state the library refuses.{step}"
         )
-    return CheckFailed(f"{label}: your code raised {type(exc).__name__}: {exc}{_where(exc)}.{step}")
+    return CheckFailed(
+        f"{label}: your code raised {type(exc).__name__}: {exc}{where_raised(exc)}.{step}"
+    )
 
 
 STUB = ": replace this line with your code"
@@ -213,7 +209,7 @@ def _learner_frame(exc: BaseException) -> traceback.FrameSummary | None:
     return frames[-1] if frames else None
 
 
-def _where(exc: BaseException) -> str:
+def where_raised(exc: BaseException) -> str:
     """Where the learner's code raised `exc`, or called the library that raised it."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [i for i, f in enumerate(frames) if not _is_library(f.filename)]
@@ -244,194 +240,3 @@ def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise
     except Exception as exc:
         raise learner_error(exc, doing=doing) from None
-
-
-# -- replayable operations -------------------------------------------------------------------
-
-
-class Failure(Exception):
-    """A trial failed: `cause` says why (shrinking keeps it), `message` says it to the learner."""
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
-        self.message = message
-
-
-class Replay:
-    """The operations a check applied, as lines of Python that replay them.
-
-    `run(line, fn, *args)` records `line`, calls the learner's `fn`, notes what it returned,
-    and turns an exception into a `Failure` whose message names the step.
-    """
-
-    def __init__(self, *setup: str) -> None:
-        self.lines: list[str] = list(setup)
-
-    def note(self, line: str) -> None:
-        self.lines.append(line)
-
-    def run(self, line: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.lines.append(line)
-        try:
-            result = fn(*args, **kwargs)
-        except (CheckFailed, ExerciseNotDone):
-            raise
-        except NotImplementedError as exc:
-            raise learner_error(exc) from None
-        except Exception as exc:
-            raise Failure(
-                f"raised {type(exc).__name__} at {_where(exc)}",
-                f"`{line}` raised {type(exc).__name__}: {exc}{_where(exc)}",
-            ) from exc
-        if isinstance(result, int | list | tuple | str | bytes) and not isinstance(result, bool):
-            self.lines[-1] = f"{line}  # returned {_short(result, 80)}"
-        return result
-
-    def raises(
-        self, error: type[Exception], line: str, fn: Callable[..., Any], *args: Any, why: str = ""
-    ) -> Exception:
-        """Record `line`, which must raise `error` (because `why`); a Failure otherwise."""
-        because = f" ({why})" if why else ""
-        self.lines.append(line)
-        try:
-            result = fn(*args)
-        except error as exc:
-            self.lines[-1] = f"{line}  # raises {error.__name__}"
-            return exc
-        except NotImplementedError as exc:
-            raise learner_error(exc) from None
-        except Exception as exc:
-            raise Failure(
-                f"{line}: raised {type(exc).__name__}, not {error.__name__}",
-                f"`{line}` should raise {error.__name__}{because}, but it raised "
-                f"{type(exc).__name__}: {exc}{_where(exc)}",
-            ) from exc
-        raise Failure(
-            f"{line.split('(')[0]}: no {error.__name__}",
-            f"`{line}` should raise {error.__name__}{because}, but it returned {_short(result)}",
-        )
-
-    def read(self, expression: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Evaluate `expression` (not recorded: reading changes nothing)."""
-        try:
-            return fn(*args)
-        except (CheckFailed, ExerciseNotDone):
-            raise
-        except NotImplementedError as exc:
-            raise learner_error(exc) from None
-        except Exception as exc:
-            raise Failure(
-                f"{expression} raised {type(exc).__name__} at {_where(exc)}",
-                f"after the last line, `{expression}` raised {type(exc).__name__}: "
-                f"{exc}{_where(exc)}",
-            ) from exc
-
-    def fail(self, cause: str, message: str) -> None:
-        raise Failure(cause, message)
-
-    def render(self, indent: str = "    ") -> str:
-        return "\n".join(indent + line for line in self.lines)
-
-
-def fixed(message_intro: str, scenario: Callable[[Replay], None], replay: Replay) -> None:
-    """Run a fixed scenario; a failure becomes a CheckFailed with every step listed."""
-    try:
-        scenario(replay)
-    except Failure as failure:
-        raise CheckFailed(f"{failure.message}.\n{message_intro}:\n{replay.render()}") from None
-    except (CheckFailed, ExerciseNotDone):
-        raise
-    except Exception as exc:
-        error = learner_error(exc)
-        if isinstance(error, ExerciseNotDone):
-            raise error from None
-        raise CheckFailed(f"{error}\n{message_intro} so far:\n{replay.render()}") from None
-
-
-def search(
-    run: Callable[[list[Any], Replay], None],
-    make_ops: Callable[[random.Random], list[Any]],
-    *,
-    trials: int,
-    seed: int,
-    what: str,
-    keep: int = 1,
-    max_runs: int = 400,
-) -> None:
-    """Random trials of `run(ops, replay)`; the first failure is shrunk, then reported.
-
-    `make_ops(rng)` draws a trial's operations; `run` applies them to fresh objects, recording
-    each line in `replay`. Operations must stay legal when others are removed (draw intents,
-    resolved against the state when applied), so that any subsequence replays. The first
-    `keep` entries describe the setup and are never removed.
-    """
-    for trial in range(trials):
-        ops = make_ops(random.Random(seed * 100_003 + trial))
-        failure = _attempt(run, ops)
-        if failure is None:
-            continue
-        failure, replay = _shrink(run, ops, failure[0].cause, keep, max_runs)
-        raise CheckFailed(
-            f"{failure.message}.\nReplay it (random trial {trial} of {what}, seed={seed}, "
-            f"shrunk to the {len(replay.lines)} lines that still fail):\n{replay.render()}"
-        )
-
-
-def _attempt(
-    run: Callable[[list[Any], Replay], None], ops: list[Any]
-) -> tuple[Failure, Replay] | None:
-    replay = Replay()
-    try:
-        with quiet():
-            run(ops, replay)
-    except Failure as failure:
-        return failure, replay
-    return None
-
-
-def _shrink(
-    run: Callable[[list[Any], Replay], None],
-    ops: list[Any],
-    cause: str,
-    keep: int,
-    max_runs: int,
-) -> tuple[Failure, Replay]:
-    """Remove chunks of operations while the trial still fails with the same cause."""
-    best = _attempt(run, ops)
-    assert best is not None
-    runs, chunk = 0, max(1, (len(ops) - keep) // 2)
-    while chunk >= 1 and runs < max_runs and len(ops) > keep:
-        i, removed = keep, False
-        while i < len(ops) and runs < max_runs:
-            candidate = ops[:i] + ops[i + chunk :]
-            runs += 1
-            result = _attempt(run, candidate)
-            if result is not None and result[0].cause == cause:
-                ops, best, removed = candidate, result, True
-            else:
-                i += chunk
-        if not removed:
-            chunk //= 2
-    return best
-
-
-__all__ = ["CheckFailed", "ExerciseNotDone", "count_lines_executed", "exercise", "expect"]
-
-# -- helpers for messages ----------------------------------------------------------------------
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-@contextmanager
-def quiet() -> Iterator[None]:
-    """Silence the learner's prints while a check replays many trials."""
-    stdout = sys.stdout
-    try:
-        with open(os.devnull, "w") as devnull:
-            sys.stdout = devnull
-            yield
-    finally:
-        sys.stdout = stdout

@@ -1,0 +1,192 @@
+"""Exercise 1 of chapter 04: the chained block hash, salted, over an encoding in which no two
+different inputs collide, and the same in a fresh process with another PYTHONHASHSEED (the
+learner's cell is run again there)."""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from paged_kv.course.checks.failures import CheckFailed, call, exercise, expect, passed
+
+_IN_SUBPROCESS = "PAGED_KV_CHECK_SUBPROCESS"
+
+
+@exercise(1, "chained_hashes")
+def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
+    """`fn(token_ids, block_size, salt=None)` returns one stable hash per full block, chained,
+    over an encoding in which no two different inputs collide."""
+    if os.environ.get(_IN_SUBPROCESS):
+        return  # the learner's cell, re-run in a fresh process by this very check
+
+    def h(tokens: list[int], size: int, salt: str | None = None) -> list[bytes]:
+        salted = f", salt={salt!r}" if salt is not None else ""
+        line = f"chained_hashes({tokens}, {size}{salted})"
+        return call(line, fn, list(tokens), size, **({} if salt is None else {"salt": salt}))
+
+    out = h(list(range(10)), 4)
+    expect(
+        isinstance(out, list) and len(out) == 2,
+        f"chained_hashes(list(range(10)), 4) should return 2 hashes (10 tokens make 2 full "
+        f"blocks of 4; a partial block has no hash), got {_shown(out)}.",
+    )
+    expect(
+        all(isinstance(x, bytes) and len(x) >= 16 for x in out),
+        "each hash should be bytes, at least 16 of them (a SHA-256 digest is 32), got "
+        f"{_shown(out)}: use hashlib, never hash().",
+    )
+    expect(h([], 4) == [] and h([1, 2, 3], 4) == [], "fewer tokens than a block: no hash ([]).")
+    expect(h(list(range(10)), 4) == out, "hashing the same tokens twice must give the same hashes.")
+    same = h([1, 2, 3, 4, 1, 2, 3, 4], 4)
+    expect(
+        same[0] != same[1],
+        "chained_hashes([1, 2, 3, 4, 1, 2, 3, 4], 4): the two blocks hold the same tokens, but "
+        "the second hash must differ, because it names everything before it too (chain the "
+        "parent's hash in).",
+    )
+    expect(
+        h([9, 2, 3, 4, 5, 6, 7, 8], 4)[1] != h([1, 2, 3, 4, 5, 6, 7, 8], 4)[1],
+        "[9, 2, 3, 4, 5, 6, 7, 8] and [1, 2, 3, 4, 5, 6, 7, 8] share their second block but not "
+        "their first: their second hashes must differ, or a hit on block 2 alone would splice "
+        "in K/V computed after other tokens.",
+    )
+    expect(
+        h([1, 2, 3, 4, 5, 6, 7, 8], 4)[:1] == h([1, 2, 3, 4, 0, 0, 0, 0], 4)[:1],
+        "prompts that share their first block must share its hash.",
+    )
+    for a, b, why in _COLLISIONS:
+        expect(
+            h(a, 2) != h(b, 2),
+            f"chained_hashes({a}, 2) == chained_hashes({b}, 2): different blocks, same hash. "
+            + why,
+        )
+    plain = h(list(range(8)), 4)
+    salted = h(list(range(8)), 4, "tenant-a")
+    expect(
+        salted[0] != plain[0] and salted[1] != plain[1],
+        "salt='tenant-a' must change every hash of the chain (mix it into the first block's).",
+    )
+    expect(salted == h(list(range(8)), 4, "tenant-a"), "the same salt must give the same hashes.")
+    expect(salted != h(list(range(8)), 4, "tenant-b"), "two salts must give different hashes.")
+    expect(
+        h(list(range(8)), 4, "") != plain,
+        "salt='' and no salt (None) give the same hashes: an empty salt is still a salt. Encode "
+        "whether there is one, not only its bytes ((salt or '').encode() cannot tell them apart).",
+    )
+    _random_collisions(h)
+    _same_in_other_processes(fn)
+    passed("chained, salted, collision-free on the probes, the same in other processes")
+
+
+_COLLISIONS = [
+    (
+        [1, 256],
+        [1, 0],
+        "Token ids go up to the vocabulary size (over 100,000 in real models): "
+        "encode each id whole, not only its low byte.",
+    ),
+    (
+        [300_000, 1],
+        [300_000 % 65_536, 1],
+        "Two bytes per id are not enough for a vocabulary of "
+        "300,000: give each id a fixed width that holds it (8 bytes: struct.pack('<q', id)).",
+    ),
+    (
+        [1, 23],
+        [12, 3],
+        "Decimal digits joined with no separator are ambiguous: '1'+'23' == "
+        "'12'+'3'. Use a fixed-width encoding, or separators.",
+    ),
+]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 160 else text[:150] + "…"
+
+
+def _random_collisions(h: Callable[..., list[bytes]]) -> None:
+    rng = random.Random(0)
+    alphabet = [0, 1, 2, 3, 12, 23, 255, 256, 257, 65_536, 300_000]
+    seen: dict[bytes, tuple] = {}
+    for _ in range(300):
+        tokens = [rng.choice(alphabet) for _ in range(rng.randint(1, 8))]
+        for i, digest in enumerate(h(tokens, 2)):
+            prefix = tuple(tokens[: (i + 1) * 2])
+            expect(
+                seen.setdefault(digest, prefix) == prefix,
+                f"prefixes {list(seen[digest])} and {list(prefix)} got the same hash "
+                f"(block_size 2): a collision. Make the encoding of a block unambiguous.",
+            )
+
+
+def _same_in_other_processes(fn: Callable[..., list[bytes]]) -> None:
+    """Re-run the learner's function in fresh processes with other PYTHONHASHSEEDs."""
+    cases = [[list(range(8)), 4, "tenant-a"], [[5, 6, 7, 8], 2, None]]
+    here = [[x.hex() for x in fn(list(t), size, salt=salt)] for t, size, salt in cases]
+    source = _cell_source(fn)
+    for seed in ("1", "2"):
+        theirs = _run_elsewhere(source, fn.__name__, cases, seed)
+        if theirs != here:
+            raise CheckFailed(
+                f"chained_hashes(list(range(8)), 4, salt='tenant-a') gives other hashes in a "
+                f"fresh Python process with PYTHONHASHSEED={seed}: a server restarted, or a "
+                "second server, would never hit the cache, and two processes could disagree on "
+                "what a hash means. Python's hash() of a str (or bytes) changes with "
+                "PYTHONHASHSEED; hash only bytes you build yourself, with hashlib."
+            )
+
+
+def _cell_source(fn: Callable[..., Any]) -> str:
+    filename = fn.__code__.co_filename
+    lines = linecache.getlines(filename)
+    if not lines:
+        raise CheckFailed(
+            f"cannot read the source of {fn.__name__} to run it in another process; define it "
+            "in a notebook cell or a .py file."
+        )
+    if fn.__qualname__ != fn.__name__:
+        raise CheckFailed(
+            f"define {fn.__name__} at the top level of its cell (not inside another function "
+            "or class), so the check can run it in another process."
+        )
+    return "".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+
+
+_RUNNER = """
+import json, sys
+job = json.load(sys.stdin)
+namespace = {"__name__": "__learner__"}
+exec(compile(job["source"], "<your cell>", "exec"), namespace)
+fn = namespace[job["name"]]
+out = [[h.hex() for h in fn(list(t), size, salt=salt)] for t, size, salt in job["cases"]]
+print("\\n" + json.dumps(out))
+"""
+
+
+def _run_elsewhere(source: str, name: str, cases: list, seed: str) -> Any:
+    env = {**os.environ, "PYTHONHASHSEED": seed, _IN_SUBPROCESS: "1"}
+    job = json.dumps({"source": source, "name": name, "cases": cases})
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER],
+        input=job,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise CheckFailed(
+            f"running your cell again in a fresh Python process (to compare the hashes across "
+            f"processes) failed: {last}. Keep {name} and everything it needs (imports, helpers) "
+            "in one cell."
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
