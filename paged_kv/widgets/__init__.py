@@ -9,6 +9,7 @@ conventions shared by all chapters.
 from paged_kv.widgets.block_map import block_changes, render_block_table_map
 from paged_kv.widgets.engine_run import EngineRun, record_engine
 from paged_kv.widgets.eviction_view import eviction_replay, render_eviction_html
+from paged_kv.widgets.live_views import BlockPoolView, BlockTableView, PoolGrid
 from paged_kv.widgets.pictures import (
     StripRequest,
     render_decode_gather,
@@ -18,12 +19,9 @@ from paged_kv.widgets.pictures import (
 )
 from paged_kv.widgets.prefix_tree import prefix_tree_frames, render_prefix_tree_html
 from paged_kv.widgets.render import block_kind, render_cache_html, render_pool_html
-from paged_kv.widgets.views import (
-    BlockPoolView,
-    BlockTableView,
+from paged_kv.widgets.replay_views import (
     EngineReplayView,
     OperationStepper,
-    PoolGrid,
     PrefixTreeView,
     TraceReplayView,
 )

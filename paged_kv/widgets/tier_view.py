@@ -11,8 +11,8 @@ import ipywidgets as widgets
 
 from paged_kv.errors import InvalidArgument
 from paged_kv.serving.engine import Engine
+from paged_kv.widgets.stepper import StaticPicture
 from paged_kv.widgets.theme import INK, card, text_on
-from paged_kv.widgets.views import _StaticPicture
 
 # Colour doubled by a glyph and a border style, as in the pool view.
 SOURCE_STYLES: dict[str, dict[str, str]] = {
@@ -58,7 +58,7 @@ def render_block_sources_html(sources: Mapping[Hashable, Sequence[str]]) -> str:
     return card(body, "paged-kv-sources")
 
 
-class BlockSourcesView(_StaticPicture, widgets.VBox):
+class BlockSourcesView(StaticPicture, widgets.VBox):
     """The sources of every admitted request of an engine with a store; `refresh()` after
     stepping it."""
 
