@@ -102,8 +102,12 @@ class BlockPool:
 
         If fewer than `n` are available, raise `OutOfBlocks` and change nothing.
         """
-        n = require_int("allocate's n", n)
-        if n > self.num_available:
+        if type(n) is not int or n < 0:
+            n = require_int("allocate's n", n)
+        from_free, refs = len(self._free), self._ref
+        if n <= from_free:
+            from_free = n
+        elif n > self.num_available:
             raise OutOfBlocks(
                 f"asked for {n} blocks but only {self.num_available} of {self.num_blocks} are "
                 "free or evictable; release blocks (finish or preempt a sequence) or use a "
@@ -111,15 +115,15 @@ class BlockPool:
                 requested=n,
                 available=self.num_available,
             )
-        from_free = min(n, len(self._free))
-        ids = [self._free.take() for _ in range(from_free)]
+        take = self._free.take
+        ids = [take() for _ in range(from_free)]
         if self.blocks_per_page:
             for block_id in ids:
                 self._page_used[block_id // self.blocks_per_page] += 1
         for _ in range(n - from_free):
             ids.append(self._drop_content(self.policy.evict(), "allocation"))
         for block_id in ids:
-            self._ref[block_id] = 1
+            refs[block_id] = 1
         return ids
 
     def keep_content(self, block_ids: Iterable[int]) -> None:
@@ -130,10 +134,15 @@ class BlockPool:
                 raise InvalidBlock(
                     f"block {block_id} has no reference; only blocks in use can be kept."
                 )
-        for block_id in ids:
-            if not self._keeps[block_id]:
-                self._keeps[block_id] = 1
-                self.policy.touch(block_id)
+        self.keep_content_unchecked(ids)
+
+    def keep_content_unchecked(self, block_ids: Iterable[int]) -> None:
+        """`keep_content` for blocks the caller holds (the manager's own tables): no checks."""
+        keeps, touch = self._keeps, self.policy.touch
+        for block_id in block_ids:
+            if not keeps[block_id]:
+                keeps[block_id] = 1
+                touch(block_id)
 
     def share(self, block_ids: Iterable[int]) -> None:
         """Add one reference to each block: in use, or cached (a hit that revives it)."""
@@ -144,11 +153,17 @@ class BlockPool:
                 raise InvalidBlock(
                     f"block {block_id} is free, so it cannot be shared; allocate it first."
                 )
-        for block_id in ids:
-            if refs[block_id] == 0:
-                self.policy.revive(block_id)
+        self.share_unchecked(ids)
+
+    def share_unchecked(self, block_ids: Iterable[int]) -> None:
+        """`share` for blocks known to hold content (a table's, or the hits the prefix index
+        names): ids this pool handed out, so they are not checked again."""
+        refs, keeps, policy = self._ref, self._keeps, self.policy
+        for block_id in block_ids:
+            if not refs[block_id]:
+                policy.revive(block_id)
             if keeps[block_id]:
-                self.policy.touch(block_id)
+                policy.touch(block_id)
             refs[block_id] += 1
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
@@ -160,16 +175,23 @@ class BlockPool:
         ids = self._check_ids(block_ids)
         refs = self._ref
         distinct = len(set(ids)) == len(ids)  # a block table: each id once
-        if not (distinct and all(refs[b] for b in ids)):
+        if not (distinct and 0 not in map(refs.__getitem__, ids)):
             self._check_drops(ids)
-        unreferenced = []
-        for block_id in ids:
-            refs[block_id] -= 1
-            if refs[block_id] == 0:
-                if self._keeps[block_id]:
-                    self.policy.make_evictable(block_id)
+        return self.release_unchecked(ids)
+
+    def release_unchecked(self, block_ids: Iterable[int]) -> list[int]:
+        """`release` for references the caller is known to hold (a block table the manager
+        built from this pool's ids): nothing is checked, as vLLM's `free_blocks` does."""
+        refs, keeps, unreferenced = self._ref, self._keeps, []
+        make_evictable, put_free = self.policy.make_evictable, self._put_free
+        for block_id in block_ids:
+            ref = refs[block_id] - 1
+            refs[block_id] = ref
+            if not ref:
+                if keeps[block_id]:
+                    make_evictable(block_id)
                 else:
-                    self._put_free(block_id)
+                    put_free(block_id)
                 unreferenced.append(block_id)
         return unreferenced
 
@@ -200,8 +222,7 @@ class BlockPool:
 
     def count_unreferenced(self, block_ids: Iterable[int]) -> int:
         """How many of these blocks have no reference (cached ones, for a prefix hit)."""
-        refs = self._ref
-        return sum(1 for b in self._check_ids(block_ids) if not refs[b])
+        return list(map(self._ref.__getitem__, self._check_ids(block_ids))).count(0)
 
     def is_shared(self, block_id: int) -> bool:
         """Does more than one holder reference `block_id`? (Appending to it must copy it.)"""

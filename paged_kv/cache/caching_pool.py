@@ -153,6 +153,11 @@ class CachingPool:
                 unreferenced.append(block_id)
         return unreferenced
 
+    # The manager's calls for its own tables skip checks in `BlockPool`; yours checks each.
+    keep_content_unchecked = keep_content
+    share_unchecked = share
+    release_unchecked = release
+
     def evict_all_cached(self) -> int:
         count = len(self.policy)
         evicted = [self._drop_content(self.policy.evict(), "reset") for _ in range(count)]

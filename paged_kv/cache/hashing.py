@@ -55,18 +55,36 @@ def block_hashes(
 
     `parent` continues an existing chain: the hash of the block before `token_ids`.
     """
-    full = len(token_ids) // block_size * block_size
-    if not full:
-        return []
-    extra = _field(_encode(tuple(extra_keys)))  # the same for every block: encode once
-    packed = struct.pack(f"<{full}q", *token_ids[:full])  # every block's tokens, packed once
-    width, link, hashes = 8 * block_size, _link(parent, salt), []
-    length = struct.pack("<Q", width)  # each block's tokens as a field: this length, its bytes
-    for start in range(0, len(packed), width):
-        parent = _digest(link, length + packed[start : start + width], extra)
-        hashes.append(parent)
-        link = b"\x01" + parent
-    return hashes
+    return BlockHashChain(block_size, salt=salt, extra_keys=extra_keys).hashes(token_ids, parent)
+
+
+class BlockHashChain:
+    """`block_hashes` for one sequence: the salt, extra keys and block size its blocks share
+    are encoded once, so a block that fills later costs one SHA-256 of its own tokens."""
+
+    __slots__ = ("_extra", "_length", "_root", "block_size")
+
+    def __init__(
+        self, block_size: int, *, salt: Salt = None, extra_keys: Sequence[ExtraKey] = ()
+    ) -> None:
+        self.block_size = block_size
+        self._root = _link(None, salt)
+        self._extra = _field(_encode(tuple(extra_keys)))
+        self._length = struct.pack("<Q", 8 * block_size)  # each block's tokens field: its length
+
+    def hashes(self, token_ids: Sequence[int], parent: BlockHash | None = None) -> list[BlockHash]:
+        """Chained hashes of every full block of `token_ids`, the first one after `parent`."""
+        full = len(token_ids) // self.block_size * self.block_size
+        if not full:
+            return []
+        packed = struct.pack(f"<{full}q", *token_ids[:full])  # every block's tokens, packed once
+        link = self._root if parent is None else b"\x01" + parent
+        width, length, extra, hashes = 8 * self.block_size, self._length, self._extra, []
+        for start in range(0, len(packed), width):
+            parent = _digest(link, length + packed[start : start + width], extra)
+            hashes.append(parent)
+            link = b"\x01" + parent
+        return hashes
 
 
 def namespace_key(salt: Salt, extra_keys: Sequence[ExtraKey] = ()) -> bytes:

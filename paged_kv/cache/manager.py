@@ -153,11 +153,12 @@ class KVCacheManager:
         if self._hooks.allocate_table is not None:
             entry = _SequenceEntry(seq, table)
         else:
-            self.pool.share(hit_blocks)  # in use now: the allocation below cannot evict them
+            self.pool.share_unchecked(hit_blocks)  # in use now: the allocation cannot evict them
             entry = _SequenceEntry(seq, list(hit_blocks))
             grow_block_table(self.pool, entry.block_table, hit_tokens, len(seq) - hit_tokens)
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
+        entry.num_registered = len(hit_blocks)  # the hits are indexed already
         self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
         self._num_tokens += len(seq)
@@ -186,17 +187,16 @@ class KVCacheManager:
             tokens = require_token_ids(token_ids, "the appended tokens")
             if not tokens:
                 return []
-        seq, table, size = entry.seq, entry.block_table, self.block_size
-        length, num_new = len(seq.token_ids), len(tokens)
-        if length + num_new > len(table) * size or (
-            entry.forked and self.pool.is_shared(table[-1])
-        ):
-            new_blocks = self._grow_for_append(seq_id, entry, num_new)
+        held, size = entry.seq.token_ids, self.block_size
+        length = len(held)
+        end = length + len(tokens)
+        if end > len(entry.block_table) * size or entry.forked:
+            new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
         else:
             new_blocks = []  # the common decode step: room in a private last block
-        seq.token_ids += tokens
-        self._num_tokens += num_new
-        if (length + num_new) // size > entry.num_registered:
+        held += tokens
+        self._num_tokens += end - length
+        if end // size > entry.num_registered:
             self._register_full_blocks(entry)
         return new_blocks
 
@@ -209,7 +209,7 @@ class KVCacheManager:
         parent = self._entry(parent_id)
         if child_id in self._seqs:
             raise DuplicateSequence(f"sequence {child_id!r} already exists; fork into a new id.")
-        self.pool.share(parent.block_table)
+        self.pool.share_unchecked(parent.block_table)
         child_seq = parent.seq.copy()
         child_seq._live = True
         parent.forked = True
@@ -228,7 +228,7 @@ class KVCacheManager:
         entry = self._entry(seq_id)
         if self.prefix_cache is not None:
             self.prefix_cache.release_path(entry.index_path)
-        self.pool.release(reversed(entry.block_table))
+        self.pool.release_unchecked(entry.block_table[::-1])
         self._num_tokens -= len(entry.seq)
         self._table_blocks -= len(entry.block_table)
         entry.seq._live = False
@@ -380,19 +380,20 @@ class KVCacheManager:
 
     def _grow_for_append(self, seq_id: SeqId, entry: _SequenceEntry, num_new: int) -> list[int]:
         """Blocks for an append that needs some: copy a shared last block, then grow."""
-        table, length = entry.block_table, len(entry.seq)
-        if entry.forked:
-            need = self._blocks_to_append(entry, num_new)
-        else:  # a private last block: only growth, never a copy
+        table, length = entry.block_table, len(entry.seq.token_ids)
+        if not entry.forked:  # a private last block: only growth, never a copy
             need = blocks_needed(length + num_new, self.block_size) - len(table)
-        if need > self.pool.num_available:
-            raise OutOfBlocks(
-                f"appending {num_new} token(s) to {seq_id!r} needs {need} new block(s) but "
-                f"only {self.pool.num_available} can be had; free or preempt a sequence.",
-                requested=need,
-                available=self.pool.num_available,
-            )
-        copy = copy_on_write(self.pool, table, length) if entry.forked else None
+            try:
+                new_blocks = self.pool.allocate(need)
+            except OutOfBlocks as refused:
+                raise _append_refused(seq_id, num_new, need, refused.available) from None
+            table += new_blocks
+            self._table_blocks += need
+            return new_blocks
+        need = self._blocks_to_append(entry, num_new)
+        if need > self.pool.num_available:  # checked first: the copy and the growth, or neither
+            raise _append_refused(seq_id, num_new, need, self.pool.num_available)
+        copy = copy_on_write(self.pool, table, length)
         if copy is not None:
             self._copies.append(copy)
         new_blocks = grow_block_table(self.pool, table, length, num_new)
@@ -428,7 +429,7 @@ class KVCacheManager:
                 entry.seq, entry.block_table, entry.num_registered, full, entry.index_path
             )
         if kept:
-            self.pool.keep_content(kept)  # newly indexed; hits and duplicates are not
+            self.pool.keep_content_unchecked(kept)  # newly indexed; hits, duplicates are not
         entry.num_registered = full
 
     def _bind_policy(self, eviction: PolicySpec, hooks: object) -> PolicySpec:
@@ -458,6 +459,15 @@ class KVCacheManager:
 
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"
+
+
+def _append_refused(seq_id: SeqId, num_new: int, need: int, available: int) -> OutOfBlocks:
+    return OutOfBlocks(
+        f"appending {num_new} token(s) to {seq_id!r} needs {need} new block(s) but only "
+        f"{available} can be had; free or preempt a sequence.",
+        requested=need,
+        available=available,
+    )
 
 
 def _preview(seqs: dict[SeqId, _SequenceEntry], limit: int = 5) -> str:

@@ -7,6 +7,7 @@ holds its content (in use or cached) and forgotten when the pool evicts it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 from paged_kv.cache.hashing import BlockHash
 from paged_kv.cache.sequence import TokenSequence
@@ -83,13 +84,10 @@ class PrefixCache:
         return len(self._block_of)
 
     def longest_prefix(self, hashes: Sequence[BlockHash]) -> list[int]:
-        """Blocks holding the longest run of `hashes` from the start (stops at the first miss)."""
-        blocks = []
-        for h in hashes:
-            block = self._block_of.get(h)
-            if block is None:
-                break
-            blocks.append(block)
+        """Blocks holding the longest run of `hashes` from the start (cut at the first miss)."""
+        blocks = list(map(self._block_of.get, hashes, repeat(-1, len(hashes))))  # -1: a miss
+        if -1 in blocks:
+            del blocks[blocks.index(-1) :]
         return blocks
 
     def register(self, block_id: int, block_hash: BlockHash) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from paged_kv.cache.hashing import BlockHash, ExtraKey, Salt, block_hashes, check_salt
+from paged_kv.cache.hashing import BlockHash, BlockHashChain, ExtraKey, Salt, check_salt
 from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int, require_token_ids
 
@@ -34,7 +34,7 @@ class TokenSequence:
         self.extra_keys = tuple(extra_keys)
         self.num_cached_tokens = 0
         self._hashes: list[BlockHash] = []
-        self._hashed_block_size = 0  # the block size _hashes were computed for
+        self._chain: BlockHashChain | None = None  # hashes _hashes at its block size
         self._live = False  # in a manager now: only the manager may append
 
     def __len__(self) -> int:
@@ -51,29 +51,26 @@ class TokenSequence:
 
     def full_block_hashes(self, block_size: int) -> list[BlockHash]:
         """Chained hashes of every full block (read-only: the sequence keeps the list)."""
-        if block_size != self._hashed_block_size:
-            self._hashes, self._hashed_block_size = (
-                [],
-                require_positive_int("block_size", block_size),
-            )
-        size, done = block_size, len(self._hashes)
-        full = len(self.token_ids) // size
+        chain = self._chain
+        if chain is None or block_size != chain.block_size:
+            require_positive_int("block_size", block_size)
+            self._hashes, chain = [], None
+        done, full = len(self._hashes), len(self.token_ids) // block_size
         if done < full:
-            self._hashes.extend(
-                block_hashes(
-                    self.token_ids[done * size : full * size],
-                    size,
-                    salt=self.salt,
-                    extra_keys=self.extra_keys,
-                    parent=self._hashes[-1] if done else None,
+            if chain is None:  # the first full block: salt and extra keys encoded now, once
+                chain = self._chain = BlockHashChain(
+                    block_size, salt=self.salt, extra_keys=self.extra_keys
                 )
+            self._hashes += chain.hashes(
+                self.token_ids[done * block_size : full * block_size],
+                self._hashes[-1] if done else None,
             )
         return self._hashes
 
     def copy(self) -> TokenSequence:
         """An independent sequence with the same tokens, keys and hashes (for a fork)."""
         twin = TokenSequence.__new__(TokenSequence)
-        twin.token_ids, twin._hashed_block_size = list(self.token_ids), self._hashed_block_size
+        twin.token_ids, twin._chain = list(self.token_ids), self._chain
         twin.salt, twin.extra_keys = self.salt, self.extra_keys
         twin.num_cached_tokens, twin._hashes = self.num_cached_tokens, list(self._hashes)
         twin._live = False
