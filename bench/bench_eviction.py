@@ -3,9 +3,10 @@
 Prints two tables; writes bench/results/eviction.json only with --save (with --part, the other
 part's saved figures are kept). Usage:
     python bench/bench_eviction.py [--quick] [--save] [--part cost|hits]
-Every policy of `POLICIES` is measured: LRU, LFU, aging LFU, FIFO, and the modern S3-FIFO,
-W-TinyLFU and ARC (cache/s3fifo.py, tinylfu.py, arc.py). --quick is a smoke run (10³–10⁴
-blocks, fewer operations, 500-request traces); its figures are not the ones to quote.
+Every policy of `POLICIES` is measured: LRU, LFU, aging LFU, FIFO, LFU with history
+(cache/history_lfu.py), and the modern S3-FIFO, W-TinyLFU and ARC (cache/s3fifo.py, tinylfu.py,
+arc.py). --quick is a smoke run (10³–10⁴ blocks, fewer operations, 500-request traces); its
+figures are not the ones to quote.
 Cost: every policy holds N cached blocks. A *hit* is what the pool does on a prefix hit and the
 release that follows: `revive` (the block leaves the candidates), `touch`, `make_evictable`
 (a candidate again). That is real work for every policy, FIFO included (a bare `touch` is a

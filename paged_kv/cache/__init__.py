@@ -19,6 +19,7 @@ from paged_kv.cache.eviction import (
 )
 from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
 from paged_kv.cache.hashing import BlockHash, block_hashes, hash_block
+from paged_kv.cache.history_lfu import HistoryLFU
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.manager import KVCacheManager, SeqId
 from paged_kv.cache.prefix_cache import PrefixCache
@@ -45,6 +46,7 @@ __all__ = [
     "EvictionPolicy",
     "FifoFreeList",
     "FrequencySketch",
+    "HistoryLFU",
     "HitRates",
     "KVCacheManager",
     "LeafFirst",

@@ -263,6 +263,7 @@ POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "lfu": LFU,
     "lfu-aging": AgingLFU,
     "fifo": FIFO,
+    "lfu-history": _lazy("history_lfu", "HistoryLFU"),
     "s3fifo": _lazy("s3fifo", "S3FIFO"),
     "w-tinylfu": _lazy("tinylfu", "WTinyLFU"),
     "arc": _lazy("arc", "ARC"),
