@@ -8,6 +8,7 @@ chosen for eviction by an O(1) policy.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import countOf
 from typing import Literal
 
 from paged_kv.cache.eviction import PolicySpec, make_policy
@@ -279,7 +280,8 @@ class BlockPool:
     def _check_ids(self, block_ids: Iterable[object]) -> list[int]:
         """`block_ids` as a list of valid ids: plain in-range ints at C speed, else one by one."""
         ids = list(block_ids)
-        if ids and set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < self.num_blocks:
+        plain = ids and countOf(map(type, ids), int) == len(ids)
+        if plain and min(ids) >= 0 and max(ids) < self.num_blocks:
             return ids
         return [self._check_id(b) for b in ids]
 

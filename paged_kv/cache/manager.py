@@ -132,39 +132,39 @@ class KVCacheManager:
                 f"sequence {seq_id!r} already exists; free it first or pick a new id."
             )
         seq = self._sequence(token_ids, salt, extra_keys)
-        if not seq.token_ids:
+        length = len(seq.token_ids)
+        if not length:
             raise InvalidArgument(f"sequence {seq_id!r} needs at least one prompt token.")
         hit_blocks = self._prefix_hits(seq)
-        loaded = self._check_loaded(seq, len(hit_blocks), num_loaded_tokens)
-        revived = self.pool.count_unreferenced(hit_blocks)  # cached hits come back to use
-        need = blocks_needed(len(seq), self.block_size) - len(hit_blocks)
-        available = self.pool.num_available - revived
+        hits = len(hit_blocks)
+        loaded = self._check_loaded(seq, hits, num_loaded_tokens)
+        need = blocks_needed(length, self.block_size) - hits
         if self._hooks.allocate_table is not None:  # your all-or-nothing add (chapter 04)
-            table = self._hooks.table(self.pool, hit_blocks, need + len(hit_blocks))
-        elif need > available:
-            hits = f" ({len(hit_blocks)} more are prefix hits)" if hit_blocks else ""
-            raise OutOfBlocks(
-                f"sequence {seq_id!r} needs {need} new blocks{hits} but only {available} can "
-                "be had; free or preempt a sequence, or use a bigger pool.",
-                requested=need,
-                available=available,
-            )
-        hit_tokens = len(hit_blocks) * self.block_size
-        if self._hooks.allocate_table is not None:
-            entry = _SequenceEntry(seq, table)
+            table = self._hooks.table(self.pool, hit_blocks, need + hits)
         else:
+            available = self.pool.num_available
+            if need + hits > available:  # cached hits come back to use: count them
+                available -= self.pool.count_unreferenced(hit_blocks)
+            if need > available:
+                hit_note = f" ({hits} more are prefix hits)" if hits else ""
+                raise OutOfBlocks(
+                    f"sequence {seq_id!r} needs {need} new blocks{hit_note} but only {available} "
+                    "can be had; free or preempt a sequence, or use a bigger pool.",
+                    requested=need,
+                    available=available,
+                )
             self.pool.share_unchecked(hit_blocks)  # in use now: the allocation cannot evict them
-            entry = _SequenceEntry(seq, list(hit_blocks))
-            grow_block_table(self.pool, entry.block_table, hit_tokens, len(seq) - hit_tokens)
+            table = hit_blocks + self.pool.allocate(need)
+        hit_tokens = hits * self.block_size
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
-        entry.num_registered = len(hit_blocks)  # the hits are indexed already
+        entry = _SequenceEntry(seq, table, num_registered=hits)  # the hits are indexed already
         self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
-        self._num_tokens += len(seq)
-        self._table_blocks += len(entry.block_table)
-        self.hits.record(len(seq), hit_tokens)
-        return list(entry.block_table)
+        self._num_tokens += length
+        self._table_blocks += len(table)
+        self.hits.record(length, hit_tokens)
+        return list(table)
 
     def append_tokens(self, seq_id: SeqId, token_ids: Sequence[int]) -> list[int]:
         """Add decoded tokens to `seq_id`; return the block ids appended to its table.
@@ -177,23 +177,28 @@ class KVCacheManager:
             entry = self._seqs[seq_id]
         except (KeyError, TypeError):
             entry = self._entry(seq_id)  # raises UnknownSequence
-        if type(token_ids) is list and len(token_ids) == 1 and type(token_ids[0]) is int:
-            tokens = (
-                token_ids
-                if token_ids[0] >= 0
-                else require_token_ids(token_ids, "the appended tokens")
-            )
+        held = entry.seq.token_ids
+        if (
+            type(token_ids) is list
+            and len(token_ids) == 1
+            and type(token_ids[0]) is int
+            and token_ids[0] >= 0
+        ):
+            tokens = token_ids
+            if len(held) + 1 < len(entry.block_table) * self.block_size and not entry.forked:
+                held += tokens  # the common decode step: a private last block it does not fill
+                self._num_tokens += 1
+                return []
         else:
             tokens = require_token_ids(token_ids, "the appended tokens")
             if not tokens:
                 return []
-        held, size = entry.seq.token_ids, self.block_size
-        length = len(held)
+        size, length = self.block_size, len(held)
         end = length + len(tokens)
         if end > len(entry.block_table) * size or entry.forked:
             new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
         else:
-            new_blocks = []  # the common decode step: room in a private last block
+            new_blocks = []
         held += tokens
         self._num_tokens += end - length
         if end // size > entry.num_registered:
@@ -410,14 +415,14 @@ class KVCacheManager:
         """Cached blocks of the longest hit prefix of `seq` (never its last token)."""
         if self.prefix_cache is None:
             return []
-        max_hits = (len(seq) - 1) // self.block_size  # the last token is computed
+        max_hits = (len(seq.token_ids) - 1) // self.block_size  # the last token is computed
         if self._hooks.active:  # your hash or lookup (chapter 04)
             return self._hooks.hits(self.prefix_cache, seq, max_hits)
         return self.prefix_cache.match(seq, max_hits)
 
     def _register_full_blocks(self, entry: _SequenceEntry) -> None:
         """Index the full blocks that filled since the last call and keep their content."""
-        full = len(entry.seq) // self.block_size
+        full = len(entry.seq.token_ids) // self.block_size
         if self.prefix_cache is None:
             kept = []
         elif self._hooks.block_hasher is not None:  # your hash (chapter 04)
