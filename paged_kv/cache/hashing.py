@@ -9,16 +9,18 @@ None since Python 3.12, which once let a production server's chains collide).
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Sequence
+from hashlib import sha256
 
 from paged_kv.errors import InvalidArgument
+from paged_kv.validation import require_positive_int
 
 BlockHash = bytes  # a 32-byte SHA-256 digest
 Salt = str | bytes | None
 ExtraKey = str | bytes | int | tuple
 DOMAIN = b"paged_kv.block.v1"
+_CHILD = DOMAIN + b"\x01"  # how a block after a parent starts: domain, then link
 
 
 def check_salt(salt: object) -> Salt:
@@ -39,8 +41,8 @@ def hash_block(
     extra_keys: Sequence[ExtraKey] = (),
 ) -> BlockHash:
     """The chained hash of one full block. `parent` is None for the first block only."""
-    tokens = _field(struct.pack(f"<{len(token_ids)}q", *token_ids))
-    return _digest(_link(parent, salt), tokens, _field(_encode(tuple(extra_keys))))
+    chain = BlockHashChain(len(token_ids), salt=salt, extra_keys=extra_keys)
+    return chain.hashes(token_ids, parent)[0]
 
 
 def block_hashes(
@@ -67,23 +69,26 @@ class BlockHashChain:
     def __init__(
         self, block_size: int, *, salt: Salt = None, extra_keys: Sequence[ExtraKey] = ()
     ) -> None:
-        self.block_size = block_size
-        self._root = _link(None, salt)
+        self.block_size = require_positive_int("block_size", block_size)
+        self._root = DOMAIN + _root_link(salt)
         self._extra = _field(_encode(tuple(extra_keys)))
         self._length = struct.pack("<Q", 8 * block_size)  # each block's tokens field: its length
 
     def hashes(self, token_ids: Sequence[int], parent: BlockHash | None = None) -> list[BlockHash]:
-        """Chained hashes of every full block of `token_ids`, the first one after `parent`."""
+        """Chained hashes of every full block of `token_ids`, the first one after `parent`.
+
+        Each is SHA-256(domain, link, the tokens' field: their length and little-endian
+        int64s, extra keys), where the link is the salted root or the parent's hash."""
         full = len(token_ids) // self.block_size * self.block_size
         if not full:
             return []
         packed = struct.pack(f"<{full}q", *token_ids[:full])  # every block's tokens, packed once
-        link = self._root if parent is None else b"\x01" + parent
+        head = self._root if parent is None else _CHILD + parent  # domain and link
         width, length, extra, hashes = 8 * self.block_size, self._length, self._extra, []
         for start in range(0, len(packed), width):
-            parent = _digest(link, length + packed[start : start + width], extra)
+            parent = sha256(b"".join((head, length, packed[start : start + width], extra))).digest()
             hashes.append(parent)
-            link = b"\x01" + parent
+            head = _CHILD + parent
         return hashes
 
 
@@ -95,16 +100,10 @@ def namespace_key(salt: Salt, extra_keys: Sequence[ExtraKey] = ()) -> bytes:
     return _field(_encode(check_salt(salt))) + _field(_encode(tuple(extra_keys)))
 
 
-def _link(parent: BlockHash | None, salt: Salt) -> bytes:
-    """What ties a block to what precedes it: the salted root, or its parent's hash."""
-    if parent is None:
-        return b"\x00root" + _field(_encode(check_salt(salt)))
-    return b"\x01" + parent
-
-
-def _digest(link: bytes, tokens_field: bytes, extra: bytes) -> BlockHash:
-    """SHA-256 of domain, link, the tokens' field (little-endian int64s) and extra keys."""
-    return hashlib.sha256(b"".join((DOMAIN, link, tokens_field, extra))).digest()
+def _root_link(salt: Salt) -> bytes:
+    """What ties a first block to what precedes it: the salted root. (A later block's link
+    is b"\\x01" + its parent's hash.)"""
+    return b"\x00root" + _field(_encode(check_salt(salt)))
 
 
 def _field(data: bytes) -> bytes:
