@@ -181,13 +181,19 @@ def rated_prefixes_with_scans(
     *,
     scan_every: int = 50,
     scan_blocks: int = 300,
-    **prefixes: float,
+    num_prefixes: int = 200,
+    prefix_blocks: int = 4,
+    unique_blocks: int = 2,
+    alpha: float = 1.1,
+    seed: int = 0,
 ) -> RatedTrace:
     """`prefixes_with_scans` with its rates (a scanned block is never read again)."""
     require_positive_int("scan_every", scan_every)
     return rated_shared_prefixes(
-        num_requests, scan_every=scan_every, scan_blocks=scan_blocks, **prefixes
-    )
+        num_requests, num_prefixes=num_prefixes, prefix_blocks=prefix_blocks,
+        unique_blocks=unique_blocks, alpha=alpha, seed=seed, scan_every=scan_every,
+        scan_blocks=scan_blocks,
+    )  # fmt: skip
 
 
 def shifting_popularity(
