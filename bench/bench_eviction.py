@@ -28,14 +28,13 @@ every online policy; above it, the gap is what a policy fails to learn.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from itertools import count
 
 import numpy as np
 from measure import MIN_RUNS, gc_paused, pin_threads, spread
-from results_file import RESULTS_DIR, add_save_flag, save_or_say
+from results_file import add_save_flag, merge_saved_parts, save_or_say
 
 from paged_kv.cache.eviction import POLICIES, make_policy
 from paged_kv.course.naive import HeapLFU
@@ -206,7 +205,7 @@ def main() -> None:
     if args.part in ("hits", "all"):
         payload["hit_rates"] = print_hit_rates(args.quick)
     if args.part != "all" and not args.quick:
-        payload = merge_saved_parts(payload)
+        payload = merge_saved_parts("eviction", payload)
     save_or_say(args.save, "eviction", payload)
 
 
@@ -277,16 +276,6 @@ def print_hit_rates(quick: bool) -> list[dict]:
             f"{len(cells)} cells; the oracle in {bound} (where it is not, no online policy is)"
         )
     return rates
-
-
-def merge_saved_parts(payload: dict) -> dict:
-    """With --part, keep the other part of the saved results (they are measured separately)."""
-    saved = RESULTS_DIR / "eviction.json"
-    if not saved.exists():
-        return payload
-    previous = json.loads(saved.read_text())
-    kept = {k: v for k, v in previous.items() if k not in ("benchmark", "machine", *payload)}
-    return {**kept, **payload}
 
 
 if __name__ == "__main__":

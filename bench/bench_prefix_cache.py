@@ -2,6 +2,8 @@
 
 Prints tables; writes bench/results/prefix_cache.json only with --save. Usage:
     python bench/bench_prefix_cache.py [--quick] [--save] [--part cost|memory|saved|schedule]
+(with --part, the other parts' saved figures are kept).
+
 Cost: `add_sequence` + `free_sequence` of a prompt of L tokens on a pool of N blocks (half of
 it in use by others), for each prefix index (`hash`: chained SHA-256 block hashes, vLLM;
 `radix`: a radix tree of token runs, SGLang): a *miss* (fresh tokens: hash or walk, allocate,
@@ -23,7 +25,7 @@ import time
 import tracemalloc
 
 from measure import MIN_RUNS, gc_paused, pin_threads, spread, take_turns
-from results_file import add_save_flag, save_or_say
+from results_file import add_save_flag, merge_saved_parts, save_or_say
 
 from paged_kv import KVCacheManager
 from paged_kv.cache.eviction import POLICIES
@@ -353,6 +355,8 @@ def main() -> None:
         payload["prefill_tokens_saved"] = prefill_saved_table(args.quick)
     if args.part in ("schedule", "all"):
         payload["scheduling"] = scheduling_table(args.quick)
+    if args.part != "all" and not args.quick:
+        payload = merge_saved_parts("prefix_cache", payload)
     save_or_say(args.save, "prefix_cache", payload)
 
 

@@ -47,3 +47,14 @@ def save_or_say(save: bool, name: str, payload: dict) -> None:
         write_results(name, payload)
     else:
         print(f"\n(not saved; pass --save to write bench/results/{name}.json)")
+
+
+def merge_saved_parts(name: str, payload: dict) -> dict:
+    """For a run of one part (`--part`): the other parts of bench/results/<name>.json, kept as
+    they were saved (parts are measured separately), under this run's figures."""
+    saved = RESULTS_DIR / f"{name}.json"
+    if not saved.exists():
+        return payload
+    previous = json.loads(saved.read_text())
+    kept = {k: v for k, v in previous.items() if k not in ("benchmark", "machine", *payload)}
+    return {**kept, **payload}
