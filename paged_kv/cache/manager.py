@@ -7,8 +7,7 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -16,42 +15,21 @@ from paged_kv.cache.block_table import (
     copy_on_write,
     grow_block_table,
     last_block_is_shared_and_partial,
-    slot_mapping,
 )
 from paged_kv.cache.caching_pool import CachingPool, RefCountedPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.hashing import ExtraKey, Salt
-from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
+from paged_kv.cache.hit_metrics import PrefixHitCounter
 from paged_kv.cache.learner_hooks import BlockHasher, LearnerHooks, PrefixLookup, TableAllocator
+from paged_kv.cache.live_sequences import LiveSequences, SeqId, SequenceEntry
 from paged_kv.cache.prefix_index import PrefixIndexName, make_prefix_index
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache
 from paged_kv.cache.sequence import TokenSequence
-from paged_kv.cache.snapshot import PoolSnapshot
-from paged_kv.cache.usage import UsageStats
-from paged_kv.errors import (
-    CacheBusy,
-    DuplicateSequence,
-    InvalidArgument,
-    OutOfBlocks,
-    UnknownSequence,
-)
+from paged_kv.errors import CacheBusy, DuplicateSequence, InvalidArgument, OutOfBlocks
 from paged_kv.validation import require_int, require_token_ids
 
-SeqId = Hashable
 
-
-@dataclass(eq=False)
-class _SequenceEntry:
-    """A live sequence: its tokens (owned by whoever passed them in) and its block table."""
-
-    seq: TokenSequence
-    block_table: list[int]
-    num_registered: int = 0  # full blocks already offered to the prefix cache
-    forked: bool = False  # its last block may be shared since a fork: check before writing
-    index_path: object = None  # its locked path in a radix index (None for the hash chain)
-
-
-class KVCacheManager:
+class KVCacheManager(LiveSequences):
     """Block tables for many sequences over one `BlockPool`, with prefix caching.
 
     `add_sequence` reuses cached blocks of the longest matching prefix and allocates the
@@ -98,7 +76,7 @@ class KVCacheManager:
         self._hooks = LearnerHooks(block_hasher, prefix_lookup, allocate_table, block_size)
         self.block_size = block_size
         self.hits = PrefixHitCounter(hit_rate_window)
-        self._seqs: dict[SeqId, _SequenceEntry] = {}
+        self._seqs: dict[SeqId, SequenceEntry] = {}
         self._num_tokens = 0
         self._table_blocks = 0
         self._copies: list[tuple[int, int]] = []
@@ -139,6 +117,7 @@ class KVCacheManager:
         hits = len(hit_blocks)
         loaded = self._check_loaded(seq, hits, num_loaded_tokens)
         need = blocks_needed(length, self.block_size) - hits
+        hit_tokens = hits * self.block_size
         if self._hooks.allocate_table is not None:  # your all-or-nothing add (chapter 04)
             table = self._hooks.table(self.pool, hit_blocks, need + hits)
         else:
@@ -154,11 +133,11 @@ class KVCacheManager:
                     available=available,
                 )
             self.pool.share_unchecked(hit_blocks)  # in use now: the allocation cannot evict them
-            table = hit_blocks + self.pool.allocate(need)
-        hit_tokens = hits * self.block_size
+            table = list(hit_blocks)
+            grow_block_table(self.pool, table, hit_tokens, length - hit_tokens)
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
-        entry = _SequenceEntry(seq, table, num_registered=hits)  # the hits are indexed already
+        entry = SequenceEntry(seq, table, num_registered=hits)  # the hits are indexed already
         self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
         self._num_tokens += length
@@ -218,7 +197,7 @@ class KVCacheManager:
         child_seq = parent.seq.copy()
         child_seq._live = True
         parent.forked = True
-        child = _SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
+        child = SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
         if self.prefix_cache is not None:
             child.index_path = self.prefix_cache.share_path(parent.index_path)
         self._seqs[child_id] = child
@@ -234,7 +213,7 @@ class KVCacheManager:
         if self.prefix_cache is not None:
             self.prefix_cache.release_path(entry.index_path)
         self.pool.release_unchecked(entry.block_table[::-1])
-        self._num_tokens -= len(entry.seq)
+        self._num_tokens -= len(entry.seq.token_ids)
         self._table_blocks -= len(entry.block_table)
         entry.seq._live = False
         del self._seqs[seq_id]
@@ -284,75 +263,6 @@ class KVCacheManager:
             self._blocks_to_append(self._entry(seq_id), num_new_tokens) <= self.pool.num_available
         )
 
-    # -- reading a sequence --------------------------------------------------------------
-
-    def block_table(self, seq_id: SeqId) -> list[int]:
-        """Physical block ids of `seq_id` in logical order (a copy)."""
-        return list(self._entry(seq_id).block_table)
-
-    def slot_mapping(self, seq_id: SeqId, start: int = 0, end: int | None = None) -> list[int]:
-        """Slots of tokens start..end-1 of `seq_id` (default: all of them)."""
-        entry = self._entry(seq_id)
-        length = len(entry.seq)
-        stop = length if end is None else end
-        if not 0 <= start <= stop <= length:
-            raise InvalidArgument(
-                f"sequence {seq_id!r} has {length} tokens; positions {start}..{stop} are out "
-                "of range."
-            )
-        return slot_mapping(entry.block_table, self.block_size, start, stop)
-
-    def token_ids(self, seq_id: SeqId) -> list[int]:
-        """All tokens of `seq_id` so far (a copy)."""
-        return list(self._entry(seq_id).seq.token_ids)
-
-    def num_tokens(self, seq_id: SeqId) -> int:
-        """Length of `seq_id` in tokens."""
-        return len(self._entry(seq_id).seq)
-
-    def num_cached_tokens(self, seq_id: SeqId) -> int:
-        """How many of `seq_id`'s prompt tokens were prefix-cache hits when it was added."""
-        return self._entry(seq_id).seq.num_cached_tokens
-
-    def hit_rates(self) -> HitRates:
-        """Prefix-cache hit rates in tokens, overall and over the recent requests."""
-        return self.hits.rates()
-
-    @property
-    def sequence_ids(self) -> list[SeqId]:
-        """Ids of the live sequences, oldest first."""
-        return list(self._seqs)
-
-    def __contains__(self, seq_id: object) -> bool:
-        return seq_id in self._seqs
-
-    def __len__(self) -> int:
-        return len(self._seqs)
-
-    # -- whole-cache views ---------------------------------------------------------------
-
-    def stats(self) -> UsageStats:
-        """Block and token counts right now. O(1)."""
-        return UsageStats(
-            num_blocks=self.pool.num_blocks,
-            num_free_blocks=self.pool.num_free,
-            num_in_use_blocks=self.pool.num_in_use,
-            num_cached_blocks=self.pool.num_cached,
-            evictions=sum(self.pool.evictions.values()),
-            num_sequences=len(self._seqs),
-            num_tokens=self._num_tokens,
-            num_table_blocks=self._table_blocks,
-            block_size=self.block_size,
-        )
-
-    def snapshot(self) -> PoolSnapshot:
-        """Every block with its state, ref count, owning sequences and tokens filled.
-
-        The pool knows states and ref counts; who owns a block and how full it is are the
-        block tables' facts, added here."""
-        tables = {seq_id: (e.block_table, len(e.seq)) for seq_id, e in self._seqs.items()}
-        return self.pool.snapshot().with_tables(tables)
-
     # -- internals -----------------------------------------------------------------------
 
     def _sequence(
@@ -374,7 +284,7 @@ class KVCacheManager:
     def _check_loaded(self, seq: TokenSequence, hit_blocks: int, num_loaded_tokens: int) -> int:
         """`num_loaded_tokens` if it is whole blocks that end before the last prompt token."""
         loaded = require_int("num_loaded_tokens", num_loaded_tokens)
-        room = ((len(seq) - 1) // self.block_size - hit_blocks) * self.block_size
+        room = ((len(seq.token_ids) - 1) // self.block_size - hit_blocks) * self.block_size
         if loaded % self.block_size or loaded > room:
             raise InvalidArgument(
                 f"num_loaded_tokens={loaded}: loaded tokens must be whole blocks of "
@@ -383,31 +293,26 @@ class KVCacheManager:
             )
         return loaded
 
-    def _grow_for_append(self, seq_id: SeqId, entry: _SequenceEntry, num_new: int) -> list[int]:
+    def _grow_for_append(self, seq_id: SeqId, entry: SequenceEntry, num_new: int) -> list[int]:
         """Blocks for an append that needs some: copy a shared last block, then grow."""
         table, length = entry.block_table, len(entry.seq.token_ids)
-        if not entry.forked:  # a private last block: only growth, never a copy
-            need = blocks_needed(length + num_new, self.block_size) - len(table)
-            try:
-                new_blocks = self.pool.allocate(need)
-            except OutOfBlocks as refused:
-                raise _append_refused(seq_id, num_new, need, refused.available) from None
-            table += new_blocks
-            self._table_blocks += need
-            return new_blocks
-        need = self._blocks_to_append(entry, num_new)
-        if need > self.pool.num_available:  # checked first: the copy and the growth, or neither
-            raise _append_refused(seq_id, num_new, need, self.pool.num_available)
-        copy = copy_on_write(self.pool, table, length)
-        if copy is not None:
-            self._copies.append(copy)
-        new_blocks = grow_block_table(self.pool, table, length, num_new)
+        if entry.forked:  # the copy and the growth, or neither: check both first
+            need = self._blocks_to_append(entry, num_new)
+            if need > self.pool.num_available:
+                raise _append_refused(seq_id, num_new, need, self.pool.num_available)
+            copy = copy_on_write(self.pool, table, length)
+            if copy is not None:
+                self._copies.append(copy)
+        try:
+            new_blocks = grow_block_table(self.pool, table, length, num_new)
+        except OutOfBlocks as refused:  # a private last block: growth alone, all or nothing
+            raise _append_refused(seq_id, num_new, refused.requested, refused.available) from None
         self._table_blocks += len(new_blocks)
         return new_blocks
 
-    def _blocks_to_append(self, entry: _SequenceEntry, num_new_tokens: int) -> int:
+    def _blocks_to_append(self, entry: SequenceEntry, num_new_tokens: int) -> int:
         """New blocks an append needs: the growth, plus one for a copy-on-write copy."""
-        length, table = len(entry.seq), entry.block_table
+        length, table = len(entry.seq.token_ids), entry.block_table
         copy = last_block_is_shared_and_partial(self.pool, table, length)
         return blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy
 
@@ -420,7 +325,7 @@ class KVCacheManager:
             return self._hooks.hits(self.prefix_cache, seq, max_hits)
         return self.prefix_cache.match(seq, max_hits)
 
-    def _register_full_blocks(self, entry: _SequenceEntry) -> None:
+    def _register_full_blocks(self, entry: SequenceEntry) -> None:
         """Index the full blocks that filled since the last call and keep their content."""
         full = len(entry.seq.token_ids) // self.block_size
         if self.prefix_cache is None:
@@ -453,15 +358,6 @@ class KVCacheManager:
         policy.key_of = self.prefix_cache.content_key
         return policy
 
-    def _entry(self, seq_id: SeqId) -> _SequenceEntry:
-        try:
-            return self._seqs[seq_id]
-        except (KeyError, TypeError):
-            raise UnknownSequence(
-                f"no sequence {seq_id!r}; live sequences: {_preview(self._seqs)}. "
-                "Add it with add_sequence first (freed sequences are gone)."
-            ) from None
-
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"
 
@@ -473,9 +369,3 @@ def _append_refused(seq_id: SeqId, num_new: int, need: int, available: int) -> O
         requested=need,
         available=available,
     )
-
-
-def _preview(seqs: dict[SeqId, _SequenceEntry], limit: int = 5) -> str:
-    ids = list(seqs)
-    shown = ", ".join(repr(s) for s in ids[:limit])
-    return f"[{shown}{', ...' if len(ids) > limit else ''}] ({len(ids)} in all)"
