@@ -108,7 +108,7 @@ class BlockPool:
         from_free, refs = len(self._free), self._ref
         if n <= from_free:
             from_free = n
-        elif n > self.num_available:
+        elif n - from_free > len(self.policy):  # more than free and cached blocks together
             raise OutOfBlocks(
                 f"asked for {n} blocks but only {self.num_available} of {self.num_blocks} are "
                 "free or evictable; release blocks (finish or preempt a sequence) or use a "
@@ -117,7 +117,7 @@ class BlockPool:
                 available=self.num_available,
             )
         take = self._free.take
-        ids = [take() for _ in range(from_free)]
+        ids = [take() for _ in range(from_free)] if from_free else []
         if self.blocks_per_page:
             for block_id in ids:
                 self._page_used[block_id // self.blocks_per_page] += 1

@@ -28,6 +28,7 @@ class SequenceEntry:
     block_table: list[int]
     num_registered: int = 0  # full blocks already offered to the prefix cache
     forked: bool = False  # its last block may be shared since a fork: check before writing
+    room: int = 0  # tokens the table holds without growing; 0 once forked (appends check)
     index_path: object = None  # its locked path in a radix index (None for the hash chain)
 
 

@@ -137,7 +137,7 @@ class KVCacheManager(LiveSequences):
             grow_block_table(self.pool, table, hit_tokens, length - hit_tokens)
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
-        entry = SequenceEntry(seq, table, num_registered=hits)  # the hits are indexed already
+        entry = SequenceEntry(seq, table, hits, room=len(table) * self.block_size)  # hits: indexed
         self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
         self._num_tokens += length
@@ -164,7 +164,7 @@ class KVCacheManager(LiveSequences):
             and token_ids[0] >= 0
         ):
             tokens = token_ids
-            if len(held) + 1 < len(entry.block_table) * self.block_size and not entry.forked:
+            if len(held) + 1 < entry.room:
                 held += tokens  # the common decode step: a private last block it does not fill
                 self._num_tokens += 1
                 return []
@@ -174,10 +174,7 @@ class KVCacheManager(LiveSequences):
                 return []
         size, length = self.block_size, len(held)
         end = length + len(tokens)
-        if end > len(entry.block_table) * size or entry.forked:
-            new_blocks = self._grow_for_append(seq_id, entry, len(tokens))
-        else:
-            new_blocks = []
+        new_blocks = self._grow_for_append(seq_id, entry, len(tokens)) if end > entry.room else []
         held += tokens
         self._num_tokens += end - length
         if end // size > entry.num_registered:
@@ -196,7 +193,7 @@ class KVCacheManager(LiveSequences):
         self.pool.share_unchecked(parent.block_table)
         child_seq = parent.seq.copy()
         child_seq._live = True
-        parent.forked = True
+        parent.forked, parent.room = True, 0
         child = SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
         if self.prefix_cache is not None:
             child.index_path = self.prefix_cache.share_path(parent.index_path)
@@ -308,6 +305,8 @@ class KVCacheManager(LiveSequences):
         except OutOfBlocks as refused:  # a private last block: growth alone, all or nothing
             raise _append_refused(seq_id, num_new, refused.requested, refused.available) from None
         self._table_blocks += len(new_blocks)
+        if not entry.forked:
+            entry.room = len(table) * self.block_size
         return new_blocks
 
     def _blocks_to_append(self, entry: SequenceEntry, num_new_tokens: int) -> int:
