@@ -79,12 +79,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "mutation.json"
+EQUIVALENTS = Path(__file__).resolve().parent / "mutation_equivalents.json"
+DEFAULT_PER_MODULE = 5  # sampled mutants per module: the whole run in about 15 minutes
+GOAL = 0.95  # the score every module should reach
 
 # What gets mutated: glob patterns relative to the repository root. Add a layer by adding its
-# pattern here (e.g. "paged_kv/tiers/*.py") and its tests to TESTS below.
+# pattern here and its tests to TESTS below.
 TARGETS = (
     "paged_kv/cache/*.py",
     "paged_kv/serving/scheduler.py",
+    "paged_kv/tiers/*.py",
 )
 SKIP_FILES = ("__init__.py",)
 SKIP_FUNCTIONS = frozenset({"__repr__"})
@@ -124,6 +128,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         _POOL_MACHINE,
     ),
     "paged_kv/cache/block_table.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_block_table.py",
         "tests/test_manager.py",
         "tests/test_stats_recount.py",
@@ -132,6 +137,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "paged_kv/cache/eviction.py": (
         "tests/test_eviction.py",
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_block_pool.py",
         "tests/test_prefix_caching.py",
         "tests/test_argument_edges.py",
@@ -148,6 +154,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_block_pool.py",
     ),
     "paged_kv/cache/s3fifo.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_eviction_modern.py",
         "tests/test_eviction.py",
         "tests/test_block_pool.py",
@@ -159,6 +166,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "paged_kv/cache/free_lists.py": (
         "tests/test_block_pool.py",
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_argument_edges.py",
         _POOL_MACHINE,
     ),
@@ -174,6 +182,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "paged_kv/cache/manager.py": _CACHE_CORE,
     "paged_kv/cache/prefix_cache.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_prefix_caching.py",
         "tests/test_manager.py",
         _MANAGER_MACHINE,
@@ -186,12 +195,14 @@ TESTS: dict[str, tuple[str, ...]] = {
         _MANAGER_MACHINE,
     ),
     "paged_kv/cache/snapshot.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_block_pool.py",
         "tests/test_manager.py",
         "tests/test_replay.py",
     ),
-    "paged_kv/cache/caching_pool.py": _CACHE_CORE,
+    "paged_kv/cache/caching_pool.py": ("tests/test_mutation_survivors_cache.py", *_CACHE_CORE),
     "paged_kv/cache/radix_cache.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_radix_cache.py",
         "tests/test_salt_isolation.py",
         "tests/test_prefix_caching.py",
@@ -213,12 +224,52 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_engine.py",
         _TIERED_ENGINE,
     ),
+    # Chapter 07's tiers. The Redis tests start real redis-servers (/usr/bin/redis-server).
+    "paged_kv/tiers/base.py": ("tests/test_tiers_local.py",),
+    "paged_kv/tiers/breaker.py": (
+        "tests/test_tiers_local.py::"
+        "test_the_breaker_opens_after_failures_in_a_row_and_lets_one_trial_through_after_cooldown",
+        "tests/test_tiers_redis.py",
+    ),
+    "paged_kv/tiers/codec.py": (
+        "tests/test_tiers_codec.py",
+        "tests/test_tiers_local.py",
+    ),
+    "paged_kv/tiers/connector.py": (
+        "tests/test_tiers_local.py",
+        "tests/test_tier_view.py",
+    ),
+    "paged_kv/tiers/disk.py": ("tests/test_tiers_local.py",),
+    "paged_kv/tiers/host.py": (
+        "tests/test_tiers_local.py",
+        "tests/test_tier_view.py",
+    ),
+    "paged_kv/tiers/local_redis.py": ("tests/test_tiers_redis.py",),
+    "paged_kv/tiers/metrics.py": (
+        "tests/test_tiers_local.py",
+        "tests/test_tiers_redis.py",
+    ),
+    "paged_kv/tiers/redis_tier.py": ("tests/test_tiers_redis.py",),
+    "paged_kv/tiers/store.py": (
+        "tests/test_tiers_local.py",
+        "tests/test_tiers_redis.py",
+    ),
 }
 
 # A pytest -k expression per module, to leave out the costly cases that do not concern it:
 # the scheduler does not care which eviction policy the engine's cache uses.
+# For the tiers, the slowest local tests (SIGKILL loops, a second process, the scraper) only
+# where they are the ones that exercise the module.
+_SLOW_LOCAL = "acceptance_2 or acceptance_3 or acceptance_9"
 KEYWORDS: dict[str, str] = {
     "paged_kv/serving/scheduler.py": "not memory_pressure or lru",
+    "paged_kv/tiers/base.py": f"not ({_SLOW_LOCAL})",
+    "paged_kv/tiers/codec.py": f"not ({_SLOW_LOCAL})",
+    "paged_kv/tiers/connector.py": "not (acceptance_2 or acceptance_9)",
+    "paged_kv/tiers/disk.py": "not acceptance_9",
+    "paged_kv/tiers/host.py": f"not ({_SLOW_LOCAL})",
+    "paged_kv/tiers/metrics.py": "not (acceptance_2 or acceptance_3)",
+    "paged_kv/tiers/store.py": "not (acceptance_2 or acceptance_3)",
 }
 
 # Copied into each throwaway checkout: what the tests import and read.
@@ -243,6 +294,7 @@ class Mutant:
     original: str
     mutation: str
     context: str  # the original source line
+    scope: str = ""  # the enclosing class and function, e.g. "LRU.touch" ("" at module level)
 
     @property
     def key(self) -> str:
@@ -403,9 +455,25 @@ def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> tuple[ast.AST,
     return node, " ".join(ast.unparse(shown).split())[:120]
 
 
+def _scopes(tree: ast.Module) -> dict[int, str]:
+    """id of each node -> the dotted names of the classes and functions around it."""
+    scope_of: dict[int, str] = {}
+
+    def visit(node: ast.AST, scope: str) -> None:
+        scope_of[id(node)] = scope
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            scope = f"{scope}.{node.name}" if scope else node.name
+        for child in ast.iter_child_nodes(node):
+            visit(child, scope)
+
+    visit(tree, "")
+    return scope_of
+
+
 def enumerate_mutants(module: str, source: str) -> list[Mutant]:
     tree = ast.parse(source)
     lines = source.splitlines()
+    scope_of = _scopes(tree)
     mutants = []
     for index, node, kind, arg in _sites(tree, source):
         shown = node.test if kind == "negate" else node
@@ -424,6 +492,7 @@ def enumerate_mutants(module: str, source: str) -> list[Mutant]:
                 original,
                 mutation,
                 lines[node.lineno - 1].strip()[:120],
+                scope_of[id(node)],
             )
         )
     return mutants
@@ -440,6 +509,74 @@ def sample(mutants: list[Mutant], limit: int | None, seed: int, module: str) -> 
         return mutants
     chosen = random.Random(f"{seed}:{module}").sample(mutants, limit)
     return sorted(chosen, key=lambda m: (m.line, m.index, m.kind, m.arg))
+
+
+# -- listed equivalent mutants ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Equivalent:
+    """A reviewed mutant that changes no behaviour: not run, reported, left out of the score.
+
+    Keyed by what a reader sees in the report, not by line number (which moves with every
+    edit above it): the module, the enclosing class and function (`scope`, "" at module
+    level), the source line (stripped, as `context` shows it), the kind and the original and
+    mutated text. An entry covers every mutant with that description."""
+
+    module: str
+    scope: str
+    line: str
+    kind: str
+    original: str
+    mutation: str
+    reason: str
+
+    def matches(self, m: Mutant) -> bool:
+        return (m.module, m.scope, m.context, m.kind, m.original, m.mutation) == (
+            self.module,
+            self.scope,
+            self.line,
+            self.kind,
+            self.original,
+            self.mutation,
+        )
+
+
+def load_equivalents(path: Path = EQUIVALENTS) -> list[Equivalent]:
+    if not path.exists():
+        return []
+    fields = {f.name for f in dataclasses.fields(Equivalent)}
+    entries = []
+    for i, raw in enumerate(json.loads(path.read_text())["equivalents"]):
+        if set(raw) != fields or not all(isinstance(v, str) and v.strip() for v in raw.values()):
+            raise SystemExit(
+                f"{path.name}: entry {i} needs exactly these non-empty text fields: "
+                f"{', '.join(sorted(fields))}"
+            )
+        entries.append(Equivalent(**raw))
+    return entries
+
+
+def check_equivalents(
+    listed: list[Equivalent], every_of: dict[str, list[Mutant]], all_targets: bool
+) -> None:
+    """Fail when an entry for a module being tested matches none of its mutants: the code
+    changed under it, so its reason may no longer hold (review it, then update or drop it)."""
+    stale = []
+    for e in listed:
+        if e.module not in every_of:
+            if all_targets:
+                stale.append(f"{e.module} is not a target module: {e.line!r}")
+            continue
+        if not any(e.matches(m) for m in every_of[e.module]):
+            stale.append(
+                f"{e.module} {e.scope}: {e.kind} {e.original!r} => {e.mutation!r} in {e.line!r}"
+            )
+    if stale:
+        raise SystemExit(
+            f"{EQUIVALENTS.name}: {len(stale)} listed equivalent(s) match no mutant any more; "
+            "the code changed, so re-check each and update or remove it:\n  " + "\n  ".join(stale)
+        )
 
 
 # -- running --------------------------------------------------------------------------------
@@ -602,80 +739,152 @@ def git_commit(rev: str) -> str | None:
         return None
 
 
-def run_module(
-    module: str,
-    source: str,
-    mutants: list[Mutant],
-    checkouts: queue.Queue[Path],
-    args: argparse.Namespace,
-) -> tuple[dict, list[dict]]:
-    """The module's baseline, then each mutant in a free checkout; its entry and survivors."""
-    tests, keyword = tests_for(module), KEYWORDS.get(module)
-    checkout = checkouts.get()
-    outcome, baseline = run_tests(checkout, tests, 30 * args.timeout, keyword)
-    checkouts.put(checkout)
-    entry: dict = {
-        "sha256": hashlib.sha256(source.encode()).hexdigest(),
-        "tests": list(tests) + ([f"-k {keyword}"] if keyword else []),
-        "mutants_run": 0,
-        "baseline_s": round(baseline, 1),
-    }
-    if outcome != "passed":
-        entry["error"] = f"the unmutated tests {outcome}; module skipped"
-        return entry, []
-    timeout = max(args.timeout, 3 * baseline)
+@dataclasses.dataclass
+class ModuleRun:
+    """One module's baseline and mutants, filled in by the worker threads."""
 
-    done = iter(range(1, len(mutants) + 1))
+    module: str
+    source: str
+    mutants: list[Mutant]  # those to run (listed equivalents left out)
+    equivalents: list[tuple[Mutant, Equivalent]]
+    total: int  # mutants of the module before sampling
+    tests: tuple[str, ...]
+    keyword: str | None
+    baseline_done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    baseline: tuple[str, float] | None = None
+    outcomes: list[tuple[Mutant, str, float]] = dataclasses.field(default_factory=list)
 
-    def run_one(mutant: Mutant) -> tuple[Mutant, str, float]:
+    @property
+    def timeout(self) -> float:
+        assert self.baseline is not None
+        return max(_ARGS_TIMEOUT[0], 3 * self.baseline[1])
+
+    def entry(self) -> dict:
+        assert self.baseline is not None
+        outcome, seconds = self.baseline
+        entry: dict = {
+            "sha256": hashlib.sha256(self.source.encode()).hexdigest(),
+            "tests": list(self.tests) + ([f"-k {self.keyword}"] if self.keyword else []),
+            "mutants_total": self.total,
+            "mutants_run": 0,
+            "equivalent": len(self.equivalents),
+            "baseline_s": round(seconds, 1),
+        }
+        if outcome != "passed":
+            entry["error"] = f"the unmutated tests {outcome}; module skipped"
+            return entry
+        counts = {"passed": 0, "failed": 0, "timeout": 0}
+        for _mutant, result, _seconds in self.outcomes:
+            counts[result] += 1
+        run = len(self.outcomes)
+        killed = counts["failed"] + counts["timeout"]
+        entry.update(
+            mutants_run=run,
+            killed=killed,
+            timeouts=counts["timeout"],
+            survived=counts["passed"],
+            score=round(killed / run, 3) if run else None,
+            timeout_s=round(self.timeout, 1),
+        )
+        return entry
+
+    def survivors(self) -> list[dict]:
+        order = {m: i for i, m in enumerate(self.mutants)}
+        return [
+            {
+                "module": self.module,
+                "scope": m.scope,
+                "line": m.line,
+                "kind": m.kind,
+                "original": m.original,
+                "mutation": m.mutation,
+                "context": m.context,
+            }
+            for m, result, _ in sorted(self.outcomes, key=lambda o: order[o[0]])
+            if result == "passed"
+        ]
+
+
+_ARGS_TIMEOUT = [60.0]  # --timeout, for ModuleRun.timeout
+
+
+def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, began: float) -> None:
+    """Every baseline and mutant on `jobs` workers. A module's baseline is queued ahead of the
+    previous module's mutants, so it runs beside them instead of leaving a worker idle; a
+    mutant waits for its own module's baseline (queued earlier, so already running or done).
+    """
+    lock = threading.Lock()
+    left = {r.module: len(r.mutants) for r in runs}
+    stopping = threading.Event()
+
+    def report(run: ModuleRun) -> None:
+        entry = run.entry()
+        if "error" in entry:
+            print(f"{run.module}: {entry['error']}", flush=True)
+            return
+        print(
+            f"{run.module}: {entry['killed']}/{entry['mutants_run']} killed "
+            f"({entry['timeouts']} by timeout), {entry['survived']} survived, "
+            f"{entry['equivalent']} listed equivalent [{time.perf_counter() - began:.0f} s]",
+            flush=True,
+        )
+
+    def baseline(run: ModuleRun) -> None:
+        checkout = checkouts.get()
+        try:
+            run.baseline = run_tests(checkout, run.tests, 30 * _ARGS_TIMEOUT[0], run.keyword)
+        finally:
+            checkouts.put(checkout)
+            if run.baseline is None:
+                run.baseline = ("failed", 0.0)
+            run.baseline_done.set()
+        if run.baseline[0] != "passed" or not run.mutants:
+            report(run)
+
+    def mutant_task(run: ModuleRun, mutant: Mutant) -> None:
+        run.baseline_done.wait()
+        if stopping.is_set() or run.baseline is None or run.baseline[0] != "passed":
+            return
         checkout = checkouts.get()
         target = checkout / mutant.module
         try:
-            target.write_text(mutated_source(source, mutant))
-            outcome, seconds = run_tests(checkout, tests, timeout, keyword)
+            target.write_text(mutated_source(run.source, mutant))
+            outcome, seconds = run_tests(checkout, run.tests, run.timeout, run.keyword)
         finally:
-            target.write_text(source)
+            target.write_text(run.source)
             checkouts.put(checkout)
         verdict = {"passed": "SURVIVED", "failed": "killed", "timeout": "killed (timeout)"}
+        with lock:
+            run.outcomes.append((mutant, outcome, seconds))
+            left[run.module] -= 1
+            done, last = len(run.outcomes), left[run.module] == 0
         print(
-            f"  [{next(done)}/{len(mutants)}] {Path(module).name}:{mutant.line} {mutant.kind} "
+            f"  [{done}/{len(run.mutants)}] {Path(run.module).name}:{mutant.line} {mutant.kind} "
             f"{verdict[outcome]} in {seconds:.0f} s: {mutant.original}  =>  {mutant.mutation}",
             flush=True,
         )
-        return mutant, outcome, seconds
+        if last:
+            report(run)
 
-    counts = {"passed": 0, "failed": 0, "timeout": 0}
-    survivors = []
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    tasks: list = []
+    for i, run in enumerate(runs):
+        if i == 0:
+            tasks.append((baseline, run))
+        if i + 1 < len(runs):
+            tasks.append((baseline, runs[i + 1]))
+        tasks += [(mutant_task, run, m) for m in run.mutants]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(*task) for task in tasks]
         try:
-            results = list(pool.map(run_one, mutants))
+            for future in futures:
+                future.result()
         except BaseException:
+            stopping.set()
+            for run in runs:
+                run.baseline_done.set()
             pool.shutdown(wait=False, cancel_futures=True)
             kill_live_runs()
             raise
-        for mutant, outcome, _seconds in results:
-            counts[outcome] += 1
-            if outcome == "passed":
-                survivors.append(
-                    {
-                        "module": module,
-                        "line": mutant.line,
-                        "kind": mutant.kind,
-                        "original": mutant.original,
-                        "mutation": mutant.mutation,
-                        "context": mutant.context,
-                    }
-                )
-    killed = counts["failed"] + counts["timeout"]
-    entry.update(
-        mutants_run=len(mutants),
-        killed=killed,
-        timeouts=counts["timeout"],
-        survived=counts["passed"],
-        score=round(killed / len(mutants), 3) if mutants else None,
-        timeout_s=timeout,
-    )
-    return entry, survivors
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -686,7 +895,10 @@ def main(argv: list[str] | None = None) -> int:
         "--modules", nargs="+", help="paths, stems (manager) or globs; default: all targets"
     )
     parser.add_argument(
-        "--max-per-module", type=int, default=12, help="sample at most this many (0: all)"
+        "--max-per-module",
+        type=int,
+        default=DEFAULT_PER_MODULE,
+        help="sample at most this many (0: all)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-module sample")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (copies)")
@@ -710,22 +922,43 @@ def main(argv: list[str] | None = None) -> int:
     limit = args.max_per_module or None
     rev = None if args.worktree else args.rev
     commit = git_commit(args.rev) if rev else git_commit("HEAD")
+    _ARGS_TIMEOUT[0] = args.timeout
+    listed = load_equivalents()
 
     began = time.perf_counter()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory(prefix="paged_kv_mutation_") as tmp:
         pristine = export(Path(tmp) / "pristine", rev)
         only = tracked_files() if rev is None and not args.include_untracked else None
-        plan: dict[str, tuple[str, list[Mutant], int]] = {}
-        for module in select_modules(target_modules(pristine, only), args.modules):
+        modules = select_modules(target_modules(pristine, only), args.modules)
+        every_of = {m: enumerate_mutants(m, (pristine / m).read_text()) for m in modules}
+        check_equivalents(listed, every_of, all_targets=args.modules is None)
+        runs: list[ModuleRun] = []
+        for module in modules:
             source = (pristine / module).read_text()
-            every = enumerate_mutants(module, source)
-            plan[module] = (source, sample(every, limit, args.seed, module), len(every))
+            every = every_of[module]
+            chosen = sample(every, limit, args.seed, module)
+            equivalent = [(m, e) for m in chosen for e in listed if e.matches(m)]
+            same = {m for m, _ in equivalent}
+            runs.append(
+                ModuleRun(
+                    module,
+                    source,
+                    [m for m in chosen if m not in same],
+                    equivalent,
+                    len(every),
+                    tests_for(module),
+                    KEYWORDS.get(module),
+                )
+            )
 
         if args.list:
-            for module, (_, mutants, total) in plan.items():
-                print(f"{module}: {len(mutants)} of {total} mutants")
-                for m in mutants:
+            for run in runs:
+                print(f"{run.module}: {len(run.mutants)} of {run.total} mutants")
+                for m in run.mutants:
                     print(f"  {m.line:4d} {m.kind:8s} {m.original}  =>  {m.mutation}")
+                for m, _ in run.equivalents:
+                    print(f"  {m.line:4d} {m.kind:8s} {m.original}  =>  {m.mutation}  (equivalent)")
             return 0
 
         checkouts: queue.Queue[Path] = queue.Queue()
@@ -736,29 +969,30 @@ def main(argv: list[str] | None = None) -> int:
         check_imports_from(pristine)
         print(
             f"testing {'the working tree' if rev is None else f'{rev} ({commit})'}: "
-            f"{sum(len(p[1]) for p in plan.values())} mutants in {len(plan)} modules, "
+            f"{sum(len(r.mutants) for r in runs)} mutants in {len(runs)} modules, "
+            f"{sum(len(r.equivalents) for r in runs)} listed equivalent, "
             f"{args.jobs} at a time",
             flush=True,
         )
+        run_all(runs, checkouts, args.jobs, began)
 
-        report: dict[str, dict] = {}
-        survivors: list[dict] = []
-        for module, (source, mutants, total) in plan.items():
-            entry, lost = run_module(module, source, mutants, checkouts, args)
-            entry["mutants_total"] = total
-            report[module] = entry
-            survivors += lost
-            if "error" in entry:
-                print(f"{module}: {entry['error']}", flush=True)
-                continue
-            print(
-                f"{module}: {entry['killed']}/{entry['mutants_run']} killed "
-                f"({entry['timeouts']} by timeout), {entry['survived']} survived "
-                f"[{time.perf_counter() - began:.0f} s]",
-                flush=True,
-            )
-
-    run_all = sum(e["mutants_run"] for e in report.values())
+    report = {run.module: run.entry() for run in runs}
+    survivors = [s for run in runs for s in run.survivors()]
+    equivalents = [
+        {
+            "module": m.module,
+            "scope": m.scope,
+            "line": m.line,
+            "kind": m.kind,
+            "original": m.original,
+            "mutation": m.mutation,
+            "context": m.context,
+            "reason": e.reason,
+        }
+        for run in runs
+        for m, e in run.equivalents
+    ]
+    run_count = sum(e["mutants_run"] for e in report.values())
     killed_all = sum(e.get("killed", 0) for e in report.values())
     result = {
         "tool": "tools/mutation_test.py",
@@ -769,13 +1003,25 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "timeout_s": args.timeout,
         "elapsed_s": round(time.perf_counter() - began),
-        "score": round(killed_all / run_all, 3) if run_all else None,
+        "load_average_1min": {
+            "start": None if load is None else round(load, 2),
+            "end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        },
+        "cpus": os.cpu_count(),
+        "score": round(killed_all / run_count, 3) if run_count else None,
         "modules": report,
         "survivors": survivors,
+        "equivalents": equivalents,
     }
-    print(f"\nscore {killed_all}/{run_all} in {result['elapsed_s']} s; survivors:")
+    print(
+        f"\nscore {killed_all}/{run_count} in {result['elapsed_s']} s "
+        f"({len(equivalents)} listed equivalent, not scored); survivors:"
+    )
     for s in survivors:
         print(f"  {s['module']}:{s['line']} {s['kind']}: {s['original']}  =>  {s['mutation']}")
+    low = [m for m, e in report.items() if e.get("score") is not None and e["score"] < GOAL]
+    if low:
+        print(f"below the goal of {GOAL:.0%}: {', '.join(low)}")
     if args.save:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(result, indent=1) + "\n")

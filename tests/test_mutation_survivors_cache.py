@@ -1,0 +1,321 @@
+"""Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the cache
+layer: each test here kills at least one mutant that survived every other test of its module."""
+
+import random
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from paged_kv import BlockPool, InvalidArgument, InvalidBlock
+from paged_kv.cache.block_table import slot_mapping
+from paged_kv.cache.caching_pool import CachingPool
+from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.radix_cache import RadixCache
+from paged_kv.cache.s3fifo import S3FIFO
+from paged_kv.cache.sequence import TokenSequence
+from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
+
+# -- block tables ---------------------------------------------------------------------------
+
+
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=4),
+    st.integers(1, 4),
+    st.integers(-10, -1),
+    st.integers(0, 16),
+)
+def test_slot_mapping_refuses_a_negative_start(table, block_size, start, end):
+    """A negative position would wrap around to the last block and hand out its slots."""
+    with pytest.raises(InvalidArgument):
+        slot_mapping(table, block_size, start, end)
+
+
+# -- CachingPool: the same answers as BlockPool -----------------------------------------------
+
+
+class PlainPool:
+    """A bare reference-counted pool (chapter 01's), which trusts its caller completely: it
+    checks no id, so only CachingPool's own checks stand between it and a bad id."""
+
+    def __init__(self, num_blocks):
+        self.ref = [0] * num_blocks
+        self.free_ids = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free(self):
+        return len(self.free_ids)
+
+    def ref_count(self, b):
+        return self.ref[b]
+
+    def allocate(self, n=1):
+        ids = [self.free_ids.pop() for _ in range(n)]
+        for b in ids:
+            self.ref[b] = 1
+        return ids
+
+    def share(self, ids):
+        for b in ids:
+            self.ref[b] += 1
+
+    def release(self, ids):
+        for b in ids:
+            self.ref[b] -= 1
+            if not self.ref[b]:
+                self.free_ids.append(b)
+
+
+POOL_OPS = st.lists(
+    st.tuples(st.sampled_from("aaksrre"), st.floats(0, 0.999)), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(POOL_OPS)
+def test_a_caching_pool_answers_every_query_as_block_pool_does(ops):
+    """Side by side on the same logical blocks: sizes, pages, sharing, states, snapshots and
+    a reset of the cache (evict_all_cached) agree with BlockPool's."""
+    n = 8
+    evicted = {"ours": [], "theirs": []}
+    pools = {
+        "ours": BlockPool(n, 4, eviction="lru", on_evict=evicted["ours"].append),
+        "theirs": CachingPool(PlainPool(n), n, 4, on_evict=evicted["theirs"].append),
+    }
+    held = {"ours": [], "theirs": []}  # the same logical references, side by side
+    kept = {"ours": [], "theirs": []}  # blocks ever kept, in the same order
+
+    def agree():
+        ours, theirs = pools["ours"], pools["theirs"]
+        for query in ("num_free", "num_cached", "num_in_use", "num_available", "num_pages"):
+            assert getattr(theirs, query) == getattr(ours, query), query
+        assert theirs.free_pages() == ours.free_pages() == []
+        assert theirs.evictions == ours.evictions
+        assert len(evicted["theirs"]) == len(evicted["ours"])
+        for a, b in zip(held["ours"] + kept["ours"], held["theirs"] + kept["theirs"], strict=True):
+            assert theirs.ref_count(b) == ours.ref_count(a)
+            assert theirs.is_shared(b) == ours.is_shared(a)
+            assert theirs.state(b) == ours.state(a)
+        snaps = {name: pool.snapshot() for name, pool in pools.items()}
+        for state in BlockState:
+            assert snaps["theirs"].count(state) == snaps["ours"].count(state)
+        assert snaps["theirs"].num_shared == snaps["ours"].num_shared
+
+    for op, x in ops:
+        if op == "a":
+            count = int(x * 3) + 1
+            if count > pools["ours"].num_available:
+                continue
+            for name, pool in pools.items():
+                held[name].extend(pool.allocate(count))
+        elif op == "e":
+            counts = {name: pool.evict_all_cached() for name, pool in pools.items()}
+            assert counts["theirs"] == counts["ours"]
+        elif held["ours"]:
+            i = int(x * len(held["ours"]))
+            pair = {name: held[name][i] for name in pools}
+            for name, pool in pools.items():
+                if op == "k":
+                    pool.keep_content([pair[name]])
+                    kept[name].append(pair[name])
+                elif op == "s":
+                    pool.share([pair[name]])
+                    held[name].append(pair[name])
+                else:
+                    pool.release([held[name].pop(i)])
+        agree()
+
+
+@pytest.mark.parametrize("bad", [-1, 8, "3", 2.5, None])
+def test_a_caching_pool_refuses_ids_that_are_not_its_own(bad):
+    pool = CachingPool(PlainPool(8), 8, 4)
+    pool.allocate(8)
+    for call in (
+        lambda: pool.ref_count(bad),
+        lambda: pool.state(bad),
+        lambda: pool.is_shared(bad),
+        lambda: pool.share([bad]),
+        lambda: pool.release([bad]),
+        lambda: pool.keep_content([bad]),
+    ):
+        with pytest.raises(InvalidBlock):
+            call()
+    assert [pool.ref_count(b) for b in range(8)] == [1] * 8  # nothing changed
+
+
+# -- S3-FIFO's main queue -------------------------------------------------------------------
+
+
+def _hit(policy, block_id):
+    """What the pool does on a prefix hit and the release after it."""
+    policy.revive(block_id)
+    policy.touch(block_id)
+    policy.make_evictable(block_id)
+
+
+@pytest.mark.parametrize("max_freq", [1, 2, 3])
+def test_s3fifo_main_gives_a_block_hit_there_a_second_chance(max_freq):
+    """M is a CLOCK: its oldest block, hit since it entered M, goes back to M's young end
+    and a younger block that was never hit is evicted instead."""
+    policy = S3FIFO(max_freq=max_freq)
+    policy.make_evictable(0)
+    _hit(policy, 0)  # hit in S: promoted to M at the next eviction
+    policy.make_evictable(1)
+    assert policy.evict() == 1  # S's one-hit wonder goes; 0 moves to M
+    _hit(policy, 0)  # hit again, now in M
+    policy.make_evictable(2)
+    _hit(policy, 2)
+    policy.make_evictable(3)
+    assert policy.evict() == 3  # 2 moves to M after 0, never hit there
+    assert policy.queues()["main"] == [0, 2] and not policy.queues()["small"]
+    assert policy.evict() == 2, "the block hit in M outlives the one that was not"
+    assert policy.evict() == 0
+
+
+# -- prefix indexes: content keys, forgetting, matching ---------------------------------------
+
+BLOCK = 2
+PROMPTS = st.lists(
+    st.lists(st.integers(0, 2), min_size=BLOCK, max_size=5 * BLOCK), min_size=1, max_size=5
+)
+
+
+def _register(index, prompts):
+    """Index each prompt's full blocks in fresh block ids; return its (sequence, table)."""
+    next_id, out = 0, []
+    for tokens in prompts:
+        seq = TokenSequence(tokens)
+        full = len(tokens) // BLOCK
+        hits = index.match(seq, full)
+        table = hits + list(range(next_id, next_id + full - len(hits)))
+        next_id += full
+        index.register_blocks(seq, table, len(hits), full, None)
+        out.append((seq, table))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(PROMPTS, st.lists(st.integers(0, 2), max_size=5 * BLOCK))
+@example(prompts=[[0, 0, 1, 1, 2, 2]], query=[0, 0, 2, 2, 1, 1])
+@example(prompts=[[0, 0, 1, 1, 2, 2, 1, 1]], query=[0, 0, 2, 2, 1, 1, 1, 1])
+def test_radix_matches_exactly_the_blocks_the_hash_chain_matches(prompts, query):
+    """Both indexes hold the same prompts, so any query gets the same hits from each, even
+    one that agrees with a long edge on its first block and then differs. (First of the
+    index tests: the other tests match too, and a wrong match may loop forever.)"""
+    radix, chain = RadixCache(BLOCK), PrefixCache(BLOCK)
+    _register(radix, prompts)
+    _register(chain, prompts)
+    seq = TokenSequence(query)
+    for max_blocks in range(len(query) // BLOCK + 1):
+        assert radix.match(seq, max_blocks) == chain.match(seq, max_blocks)
+
+
+@settings(max_examples=80, deadline=None)
+@given(PROMPTS)
+@pytest.mark.parametrize("make", [PrefixCache, RadixCache], ids=["hash", "radix"])
+def test_content_keys_name_the_content_of_indexed_blocks(make, prompts):
+    """Eviction policies remember a block by its content key: equal for the same prefix
+    content, different otherwise, and none for a block the index does not hold."""
+    index = make(BLOCK)
+    content = {}  # indexed block -> its tokens from the start of the prompt to its end
+    for seq, table in _register(index, prompts):
+        for i, block in enumerate(table):
+            content.setdefault(block, tuple(seq.token_ids[: (i + 1) * BLOCK]))
+    indexed = [b for b in content if index.content_key(b) is not None]
+    assert len(indexed) == len(index)
+    for a in indexed:
+        for b in indexed:
+            same = index.content_key(a) == index.content_key(b)
+            assert same == (content[a] == content[b]), (a, b)
+    assert index.content_key(10_000) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(PROMPTS, st.lists(st.integers(0, 30), max_size=12))
+@example(prompts=[[0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 0, 0]], forgets=[0])
+@example(prompts=[[0, 0, 1, 1, 2, 2]], forgets=[0, 2])
+def test_radix_forgets_a_block_and_everything_indexed_after_it(prompts, forgets):
+    """The pool may evict any block (not only leaves): the index then holds no block at or
+    below it, never returns one from a match, and forgetting them again is harmless."""
+    radix = RadixCache(BLOCK)
+    registered = _register(radix, prompts)
+    gone: set[int] = set()
+    for block in forgets:
+        radix.forget(block)
+        for _seq, table in registered:
+            if block in table:
+                gone.update(table[table.index(block) :])
+        in_tree = {b for _, node in radix.nodes() for b in node.blocks}
+        assert not in_tree & gone
+        assert len(radix) == len(in_tree)
+        for b in gone:
+            assert radix.content_key(b) is None and radix.lock_of(b) == 0
+        for seq, _table in registered:
+            assert not set(radix.match(seq, len(seq) // BLOCK)) & gone
+
+
+@given(st.lists(st.integers(1, 3), min_size=2, max_size=5))
+def test_a_sequence_growing_alone_stays_one_edge_of_the_tree(steps):
+    """Registering a sequence's blocks as they fill extends its own leaf: one node, not a
+    chain of one node per registration."""
+    radix = RadixCache(BLOCK)
+    rng = random.Random(len(steps))
+    seq = TokenSequence([rng.randrange(5) for _ in range(steps[0] * BLOCK)])
+    table = list(range(steps[0]))
+    _, path = radix.register_blocks(seq, table, 0, steps[0], None)
+    for more in steps[1:]:
+        start = len(table)
+        seq.append([rng.randrange(5) for _ in range(more * BLOCK)])
+        table += range(start, start + more)
+        _, path = radix.register_blocks(seq, table, start, len(table), path)
+    assert [node.blocks for _, node in radix.nodes()] == [table]
+    assert radix.match(seq, len(table)) == table
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(POOL_OPS)
+def test_a_snapshot_counts_each_state_as_the_pool_does(ops):
+    pool, held = BlockPool(8, 4), []
+    for op, x in ops:
+        if op == "a" and pool.num_available:
+            held += pool.allocate(1)
+        elif op == "k" and held:
+            pool.keep_content([held[int(x * len(held))]])
+        elif op in "rs" and held:
+            i = int(x * len(held))
+            if op == "s":
+                pool.share([held[i]])
+                held.append(held[i])
+            else:
+                pool.release([held.pop(i)])
+        snap = pool.snapshot()
+        assert snap.count(BlockState.FREE) == pool.num_free
+        assert snap.count(BlockState.CACHED) == pool.num_cached
+        assert snap.count(BlockState.IN_USE) == pool.num_in_use
+
+
+@given(
+    st.integers(1, 4),
+    st.dictionaries(
+        st.sampled_from("abc"),
+        st.tuples(st.lists(st.integers(0, 5), max_size=4, unique=True), st.integers(0, 16)),
+        max_size=3,
+    ),
+)
+def test_a_snapshot_counts_the_tokens_each_block_holds(block_size, tables):
+    """A block's token count is the most any holder has written to it: 0 to block_size, 0
+    for a block a table reserved past its sequence's end."""
+    blocks = tuple(BlockInfo(b, BlockState.IN_USE, 1) for b in range(6))
+    snap = PoolSnapshot(block_size, None, blocks).with_tables(tables)
+    for info in snap.blocks:
+        expected = [
+            min(block_size, max(0, length - i * block_size))
+            for table, length in tables.values()
+            for i, b in enumerate(table)
+            if b == info.block_id
+        ]
+        assert info.num_tokens == max(expected, default=0)
+        assert 0 <= info.num_tokens <= block_size
