@@ -8,6 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from paged_kv import BlockPool, InvalidArgument, InvalidBlock
+from paged_kv.cache.arc import ARC
 from paged_kv.cache.block_table import slot_mapping
 from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.prefix_cache import PrefixCache
@@ -170,6 +171,24 @@ def test_s3fifo_main_gives_a_block_hit_there_a_second_chance(max_freq):
     assert policy.queues()["main"] == [0, 2] and not policy.queues()["small"]
     assert policy.evict() == 2, "the block hit in M outlives the one that was not"
     assert policy.evict() == 0
+
+
+# -- ARC's ghosts --------------------------------------------------------------------------
+
+
+def test_arc_keeps_ghosts_up_to_twice_the_blocks_it_tracks():
+    """Lists and ghosts together may hold 2c entries (c blocks tracked): at exactly 2c nothing
+    is trimmed, so content evicted from T2 and computed again is still recognised."""
+    policy = ARC()
+    policy.make_evictable(5)
+    assert policy.evict() == 5  # B1 = [5]
+    policy.make_evictable(3)
+    _hit(policy, 3)  # seen twice: T2
+    assert policy.evict() == 3  # B2 = [3]
+    policy.make_evictable(0)  # c = 1 tracked, B1 + B2 hold 2 = 2c: at the limit, none trimmed
+    assert policy.lists() == {"t1": [0], "t2": [], "b1": [5], "b2": [3]}
+    policy.make_evictable(3)  # content 3 again: a B2 ghost hit puts it straight into T2
+    assert policy.lists()["t2"] == [3]
 
 
 # -- prefix indexes: content keys, forgetting, matching ---------------------------------------

@@ -144,6 +144,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         _POOL_MACHINE,
     ),
     "paged_kv/cache/arc.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_eviction_modern.py",
         "tests/test_eviction.py",
         "tests/test_block_pool.py",
