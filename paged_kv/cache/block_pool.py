@@ -159,12 +159,12 @@ class BlockPool:
     def share_unchecked(self, block_ids: Iterable[int]) -> None:
         """`share` for blocks known to hold content (a table's, or the hits the prefix index
         names): ids this pool handed out, so they are not checked again."""
-        refs, keeps, policy = self._ref, self._keeps, self.policy
+        refs, keeps, revive, touch = self._ref, self._keeps, self.policy.revive, self.policy.touch
         for block_id in block_ids:
             if not refs[block_id]:
-                policy.revive(block_id)
+                revive(block_id)
             if keeps[block_id]:
-                policy.touch(block_id)
+                touch(block_id)
             refs[block_id] += 1
 
     def release(self, block_ids: Iterable[int]) -> list[int]:

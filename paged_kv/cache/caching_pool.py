@@ -153,7 +153,7 @@ class CachingPool:
                 unreferenced.append(block_id)
         return unreferenced
 
-    # The manager's calls for its own tables skip checks in `BlockPool`; yours checks each.
+    # The manager's calls for its own tables: unchecked in `BlockPool`, checked as ever here.
     keep_content_unchecked = keep_content
     share_unchecked = share
     release_unchecked = release

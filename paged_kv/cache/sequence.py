@@ -54,7 +54,8 @@ class TokenSequence:
         chain = self._chain
         if chain is None or block_size != chain.block_size:
             require_positive_int("block_size", block_size)
-            self._hashes, chain = [], None
+            self._hashes, self._chain = [], None
+            chain = None
         done, full = len(self._hashes), len(self.token_ids) // block_size
         if done < full:
             if chain is None:  # the first full block: salt and extra keys encoded now, once
