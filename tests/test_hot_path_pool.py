@@ -16,23 +16,29 @@ from paged_kv.cache.hashing import BlockHashChain
 def _two_pools_in_the_same_state():
     pools = []
     for _ in range(2):
-        pool = BlockPool(8, 4)
+        evicted = []
+        pool = BlockPool(8, 4, on_evict=evicted.append)
         kept, plain, shared = pool.allocate(3)
         pool.keep_content([kept])
         pool.share([shared])
         cached = pool.allocate(1)[0]
         pool.keep_content([cached])
         pool.release([cached])
-        pools.append((pool, [kept, plain, shared], cached))
+        pools.append((pool, [kept, plain, shared], cached, evicted))
     return pools
 
 
 def _state(pool: BlockPool):
-    return pool.snapshot(), pool.num_free, pool.num_cached, list(pool.policy._order)
+    return pool.snapshot(), pool.num_free, pool.num_cached
+
+
+def _eviction_order(pool: BlockPool, evicted: list[int]) -> list[int]:
+    pool.evict_all_cached()  # in the policy's order
+    return evicted
 
 
 def test_release_unchecked_does_what_release_does():
-    (checked, table, _), (unchecked, same, _) = _two_pools_in_the_same_state()
+    (checked, table, _, out), (unchecked, same, _, out_too) = _two_pools_in_the_same_state()
     freed = checked.release(table[::-1])
     assert unchecked.release_unchecked(same[::-1]) == freed == table[1::-1]
     assert _state(unchecked) == _state(checked)
@@ -40,10 +46,11 @@ def test_release_unchecked_does_what_release_does():
     assert unchecked.state(kept) is BlockState.CACHED  # kept content: evictable
     assert unchecked.state(plain) is BlockState.FREE
     assert unchecked.ref_count(shared) == 1  # one holder left
+    assert _eviction_order(unchecked, out_too) == _eviction_order(checked, out)
 
 
 def test_share_unchecked_does_what_share_does_and_revives_a_cached_block():
-    (checked, table, cached), (unchecked, same, _) = _two_pools_in_the_same_state()
+    (checked, table, cached, _), (unchecked, same, _, _) = _two_pools_in_the_same_state()
     checked.share([cached, *table])
     unchecked.share_unchecked([cached, *same])
     assert _state(unchecked) == _state(checked)
@@ -73,7 +80,8 @@ def test_a_freed_table_becomes_evictable_last_block_first():
     m = KVCacheManager(4, 4)
     table = m.add_sequence("a", list(range(16)))
     m.free_sequence("a")
-    assert list(m.pool.policy._order) == table[::-1]  # LRU evicts the tail first
+    assert m.pool.num_cached == 4
+    assert [m.pool.allocate(1)[0] for _ in range(4)] == table[::-1]  # LRU evicts the tail first
 
 
 @pytest.mark.parametrize("salt, extra_keys", [(None, ()), ("tenant", ("lora", 3))])
@@ -101,3 +109,16 @@ def test_a_new_sequence_indexes_only_the_blocks_after_its_hits():
     m.add_sequence("b", list(range(17)))
     assert m.num_cached_tokens("b") == 12 and starts == [3]
     assert len(m.prefix_cache) == 4  # the hits once, the new full block
+
+
+@pytest.mark.parametrize("writer", ["parent", "child"])
+def test_after_a_fork_a_one_token_append_copies_the_shared_last_block(writer):
+    m = KVCacheManager(8, 4)
+    m.add_sequence("parent", [1, 2])  # one partly filled block: room for two more tokens
+    m.fork("parent", "child")
+    [shared] = m.block_table(writer)
+    m.append_tokens(writer, [3])
+    [copy] = m.block_table(writer)
+    assert copy != shared and m.pop_block_copies() == [(shared, copy)]
+    other = "child" if writer == "parent" else "parent"
+    assert m.block_table(other) == [shared] and m.pool.ref_count(shared) == 1
