@@ -2,7 +2,8 @@
 
 `KVCacheManager` shares, releases and keeps blocks of its own tables through `*_unchecked`
 calls that skip re-validating ids the pool handed out; a block that fills is hashed by the
-sequence's `BlockHashChain`; a new sequence indexes only the blocks after its prefix hits.
+sequence's `BlockHashChain`; a new sequence indexes only the blocks after its prefix hits;
+a decode step's shortcut (the entry's room) never skips a copy-on-write after a fork.
 """
 
 import pytest
