@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from paged_kv import BlockPool, InvalidArgument, InvalidBlock
+from paged_kv import BlockPool, InvalidArgument, InvalidBlock, KVCacheManager
 from paged_kv.cache.arc import ARC
 from paged_kv.cache.block_table import slot_mapping
 from paged_kv.cache.caching_pool import CachingPool
@@ -16,6 +16,7 @@ from paged_kv.cache.radix_cache import RadixCache
 from paged_kv.cache.s3fifo import S3FIFO
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
+from paged_kv.cache.tinylfu import WTinyLFU
 
 # -- block tables ---------------------------------------------------------------------------
 
@@ -84,7 +85,7 @@ def test_a_caching_pool_answers_every_query_as_block_pool_does(ops):
         "theirs": CachingPool(PlainPool(n), n, 4, on_evict=evicted["theirs"].append),
     }
     held = {"ours": [], "theirs": []}  # the same logical references, side by side
-    kept = {"ours": [], "theirs": []}  # blocks ever kept, in the same order
+    kept: list[tuple[int, int]] = []  # (ours, theirs): the same kept block, until evicted
 
     def agree():
         ours, theirs = pools["ours"], pools["theirs"]
@@ -92,8 +93,14 @@ def test_a_caching_pool_answers_every_query_as_block_pool_does(ops):
             assert getattr(theirs, query) == getattr(ours, query), query
         assert theirs.free_pages() == ours.free_pages() == []
         assert theirs.evictions == ours.evictions
-        assert len(evicted["theirs"]) == len(evicted["ours"])
-        for a, b in zip(held["ours"] + kept["ours"], held["theirs"] + kept["theirs"], strict=True):
+        # both evicted the same logical blocks, which no longer pair up
+        gone = {name: set(ids) for name, ids in evicted.items()}
+        assert {b for a, b in kept if a in gone["ours"]} == gone["theirs"]
+        kept[:] = [(a, b) for a, b in kept if a not in gone["ours"]]
+        evicted["ours"].clear()
+        evicted["theirs"].clear()
+        pairs = [*zip(held["ours"], held["theirs"], strict=True), *kept]
+        for a, b in pairs:
             assert theirs.ref_count(b) == ours.ref_count(a)
             assert theirs.is_shared(b) == ours.is_shared(a)
             assert theirs.state(b) == ours.state(a)
@@ -115,10 +122,11 @@ def test_a_caching_pool_answers_every_query_as_block_pool_does(ops):
         elif held["ours"]:
             i = int(x * len(held["ours"]))
             pair = {name: held[name][i] for name in pools}
+            if op == "k" and (pair["ours"], pair["theirs"]) not in kept:
+                kept.append((pair["ours"], pair["theirs"]))
             for name, pool in pools.items():
                 if op == "k":
                     pool.keep_content([pair[name]])
-                    kept[name].append(pair[name])
                 elif op == "s":
                     pool.share([pair[name]])
                     held[name].append(pair[name])
@@ -171,6 +179,30 @@ def test_s3fifo_main_gives_a_block_hit_there_a_second_chance(max_freq):
     assert policy.queues()["main"] == [0, 2] and not policy.queues()["small"]
     assert policy.evict() == 2, "the block hit in M outlives the one that was not"
     assert policy.evict() == 0
+
+
+def test_s3fifo_takes_the_victim_from_main_while_small_is_under_its_share():
+    """S is probation for a `small_ratio` share of the candidates: below that share, the
+    victim is main's oldest block, not S's newcomer."""
+    policy = S3FIFO(small_ratio=0.5)
+    for b in (0, 1, 2):
+        policy.make_evictable(b)
+        _hit(policy, b)
+    policy.make_evictable(3)
+    assert policy.evict() == 3  # 0, 1 and 2 move to M; S's one-hit wonder goes
+    policy.make_evictable(4)  # S holds 1 of 4 candidates: under half
+    assert policy.evict() == 0
+    assert policy.queues() == {"small": [4], "main": [1, 2], "ghost": [3]}
+
+
+def test_w_tinylfu_adapts_its_window_once_per_sample_of_touches():
+    """A sample is `sample_factor` x blocks tracked touches (a miss is one touch); at its end
+    the window's share moves one step toward a better hit ratio."""
+    policy = WTinyLFU(window_ratio=0.25, sample_factor=2)
+    policy.touch(0)  # a miss: 1 touch of the sample's 2
+    assert policy.window_ratio == 0.25
+    policy.touch(0)  # a hit ends the sample: hit ratio 1/2, better than 0
+    assert policy.window_ratio == 0.25 + WTinyLFU.step_ratio
 
 
 # -- ARC's ghosts --------------------------------------------------------------------------
@@ -289,6 +321,36 @@ def test_a_sequence_growing_alone_stays_one_edge_of_the_tree(steps):
         _, path = radix.register_blocks(seq, table, start, len(table), path)
     assert [node.blocks for _, node in radix.nodes()] == [table]
     assert radix.match(seq, len(table)) == table
+
+
+# -- token sequences ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("block_size", [0, -4, 2.0, "4"])
+def test_a_sequence_refuses_a_block_size_that_is_not_a_positive_int(block_size):
+    """Fresh, or already hashed at another size: never a silent empty list or a crash."""
+    fresh, hashed = TokenSequence(range(8)), TokenSequence(range(8))
+    hashed.full_block_hashes(4)
+    for seq in (fresh, hashed):
+        with pytest.raises(InvalidArgument):
+            seq.full_block_hashes(block_size)
+
+
+# -- the manager's live sequences -----------------------------------------------------------
+
+
+@given(st.lists(st.tuples(st.sampled_from("af"), st.integers(0, 3)), max_size=20))
+def test_the_manager_says_which_sequences_are_live(ops):
+    manager, live = KVCacheManager(num_blocks=64, block_size=4), set()
+    for op, seq_id in ops:
+        if op == "a" and seq_id not in live:
+            manager.add_sequence(seq_id, [1, 2, 3, 4, 5])
+            live.add(seq_id)
+        elif op == "f" and seq_id in live:
+            manager.free_sequence(seq_id)
+            live.discard(seq_id)
+        assert {s for s in range(4) if s in manager} == live
+        assert len(manager) == len(live) and sorted(manager.sequence_ids) == sorted(live)
 
 
 # -- snapshots ------------------------------------------------------------------------------

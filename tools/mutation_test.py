@@ -161,6 +161,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_block_pool.py",
     ),
     "paged_kv/cache/tinylfu.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_eviction_modern.py",
         "tests/test_eviction.py",
         "tests/test_block_pool.py",
@@ -189,6 +190,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         _MANAGER_MACHINE,
     ),
     "paged_kv/cache/sequence.py": (
+        "tests/test_mutation_survivors_cache.py",
         "tests/test_sequence_ownership.py",
         "tests/test_prefix_caching.py",
         "tests/test_token_zero.py",
@@ -202,6 +204,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_replay.py",
     ),
     "paged_kv/cache/caching_pool.py": ("tests/test_mutation_survivors_cache.py", *_CACHE_CORE),
+    "paged_kv/cache/live_sequences.py": ("tests/test_mutation_survivors_cache.py", *_CACHE_CORE),
     "paged_kv/cache/radix_cache.py": (
         "tests/test_mutation_survivors_cache.py",
         "tests/test_radix_cache.py",
