@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from paged_kv.course import checks
@@ -20,14 +22,15 @@ def test_a_decode_that_trusts_the_payload_is_caught():
     def trusting(blob, *, fingerprint, block_hash):
         header = read_header(blob)
         if len(blob) - 112 != header.payload_length:
-            raise CorruptBlock("length", reason="truncated")
+            short = len(blob) - 112 < header.payload_length
+            raise CorruptBlock("length", reason="truncated" if short else "length")
         if fingerprint is not None and header.fingerprint != fingerprint:
-            raise CorruptBlock("fp")
+            raise CorruptBlock("fp", reason="foreign fingerprint")
         if block_hash is not None and header.block_hash != block_hash:
-            raise CorruptBlock("hash")
+            raise CorruptBlock("hash", reason="foreign block")
         return header, memoryview(blob)[112:]  # no payload checksum
 
-    with pytest.raises(checks.CheckFailed, match=r"in the payload\) .* was accepted"):
+    with pytest.raises(checks.CheckFailed, match=r"bit flipped in its payload was accepted"):
         checks.check_blob_codec(encode_blob, trusting)
 
 
@@ -76,7 +79,7 @@ def test_a_run_that_skips_gaps_or_asks_every_tier_is_caught():
     def first_tier_only(keys, tiers):
         return [tiers[0]] * tiers[0].count_leading(keys) if tiers else []
 
-    with pytest.raises(checks.CheckFailed, match=r"Expected \[host, disk"):
+    with pytest.raises(checks.CheckFailed, match=r"expected \[host, disk, disk, host, remote\]"):
         checks.check_longest_run(first_tier_only)
 
 
@@ -119,3 +122,18 @@ def test_a_stub_surfaces_as_not_implemented():
         checks.check_blob_codec(stub, decode_blob)
     with pytest.raises(NotImplementedError):
         checks.check_longest_run(stub)
+    with pytest.raises(NotImplementedError):
+        checks.check_circuit_breaker(stub)
+
+
+def test_the_guard_against_endless_loops_gives_back_the_tracer():
+    def endless(keys, tiers):
+        while True:
+            pass
+
+    before = sys.gettrace()
+    checks.check_longest_run(longest_run)
+    assert sys.gettrace() is before
+    with pytest.raises(checks.CheckFailed, match="ran 200,000 lines without returning"):
+        checks.check_longest_run(endless)
+    assert sys.gettrace() is before
