@@ -229,7 +229,10 @@ TESTS: dict[str, tuple[str, ...]] = {
         _TIERED_ENGINE,
     ),
     # Chapter 07's tiers. The Redis tests start real redis-servers (/usr/bin/redis-server).
-    "paged_kv/tiers/base.py": ("tests/test_tiers_local.py",),
+    "paged_kv/tiers/base.py": (
+        "tests/test_mutation_survivors_tiers.py",
+        "tests/test_tiers_local.py",
+    ),
     "paged_kv/tiers/breaker.py": (
         "tests/test_tiers_local.py::"
         "test_the_breaker_opens_after_failures_in_a_row_and_lets_one_trial_through_after_cooldown",
@@ -237,24 +240,32 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "paged_kv/tiers/codec.py": (
         "tests/test_tiers_codec.py",
+        "tests/test_mutation_survivors_tiers.py",
         "tests/test_tiers_local.py",
     ),
     "paged_kv/tiers/connector.py": (
+        "tests/test_mutation_survivors_tiers.py",
         "tests/test_tiers_local.py",
         "tests/test_tier_view.py",
     ),
-    "paged_kv/tiers/disk.py": ("tests/test_tiers_local.py",),
+    "paged_kv/tiers/disk.py": (
+        "tests/test_mutation_survivors_tiers.py",
+        "tests/test_tiers_local.py",
+    ),
     "paged_kv/tiers/host.py": (
+        "tests/test_mutation_survivors_tiers.py",
         "tests/test_tiers_local.py",
         "tests/test_tier_view.py",
     ),
     "paged_kv/tiers/local_redis.py": ("tests/test_tiers_redis.py",),
     "paged_kv/tiers/metrics.py": (
+        "tests/test_mutation_survivors_tiers.py",
         "tests/test_tiers_local.py",
         "tests/test_tiers_redis.py",
     ),
     "paged_kv/tiers/redis_tier.py": ("tests/test_tiers_redis.py",),
     "paged_kv/tiers/store.py": (
+        "tests/test_mutation_survivors_tiers.py",
         "tests/test_tiers_local.py",
         "tests/test_tiers_redis.py",
     ),
