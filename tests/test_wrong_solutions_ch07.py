@@ -47,6 +47,7 @@ def decoder(
     dtype=True,
     ndim_low=True,
     ndim_high=True,
+    most_dims=MAX_DIMS,
     padding=True,
     size=True,
     fp_bytes=32,
@@ -87,7 +88,7 @@ def decoder(
         if (
             name is None
             or (ndim_low and ndim < 1)
-            or (ndim_high and ndim > MAX_DIMS)
+            or (ndim_high and ndim > most_dims)
             or (padding and any(dims[ndim:]))
         ):
             refuse("impossible dtype or shape", "bad header")
@@ -195,6 +196,11 @@ def raises_its_own_corrupt_block(blob, *, fingerprint, block_hash):
         (decoder(padding=False), "unused shape slot 5 holds 5 was accepted: the MAX_DIMS - ndim"),
         (decoder(size=False), r"payload length of 28 .* was accepted: prod\(shape\) \* itemsize"),
         (decoder(ndim_low=False), "ndim is 0 .* was accepted: a shape has 1 to MAX_DIMS"),
+        (
+            decoder(most_dims=MAX_DIMS - 1),
+            r"refused a valid 128-byte blob of float16 \(1, 2, 1, 2, 1, 2\).*reason='bad header'"
+            r".*up to MAX_DIMS = 6 dimensions, 6 included",
+        ),
         (decoder(ndim_high=False), "ndim is 7, .* was accepted: a shape has 1 to MAX_DIMS"),
         (
             decoder(too_short=lambda b: len(b) <= HEADER_SIZE),
