@@ -263,7 +263,10 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_tiers_local.py",
         "tests/test_tiers_redis.py",
     ),
-    "paged_kv/tiers/redis_tier.py": ("tests/test_tiers_redis.py",),
+    "paged_kv/tiers/redis_tier.py": (
+        "tests/test_mutation_survivors_tiers.py",
+        "tests/test_tiers_redis.py",
+    ),
     "paged_kv/tiers/store.py": (
         "tests/test_mutation_survivors_tiers.py",
         "tests/test_tiers_local.py",
