@@ -16,7 +16,7 @@ from paged_kv.cache.radix_cache import RadixCache
 from paged_kv.cache.s3fifo import S3FIFO
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
-from paged_kv.cache.tinylfu import WTinyLFU
+from paged_kv.cache.tinylfu import FrequencySketch, WTinyLFU
 
 # -- block tables ---------------------------------------------------------------------------
 
@@ -203,6 +203,21 @@ def test_w_tinylfu_adapts_its_window_once_per_sample_of_touches():
     assert policy.window_ratio == 0.25
     policy.touch(0)  # a hit ends the sample: hit ratio 1/2, better than 0
     assert policy.window_ratio == 0.25 + WTinyLFU.step_ratio
+
+
+@pytest.mark.parametrize(("capacity", "sample_factor"), [(64, 16), (128, 8)])
+def test_the_doorkeeper_spends_one_bit_per_sample(capacity, sample_factor):
+    """TinyLFU's doorkeeper is a Bloom filter (two hashes) of one bit per sample, rounded up
+    to a power of two: after half a sample of distinct keys, about a third of keys never seen
+    look seen once (theory: (1 - e^-1)^2 = 0.40). Twice the bits would show about 0.15, half
+    of them about 0.75: the rate pins the memory the filter costs."""
+    sketch = FrequencySketch(capacity=capacity, sample_factor=sample_factor)
+    assert sketch.sample_size == 1024  # a power of two: no rounding up
+    for key in range(512):
+        sketch.increment(key)
+    unseen = range(10**6, 10**6 + 4000)
+    false_positive_rate = sum(1 for k in unseen if sketch.estimate(k) >= 1) / len(unseen)
+    assert 0.25 <= false_positive_rate <= 0.5
 
 
 # -- ARC's ghosts --------------------------------------------------------------------------
