@@ -778,6 +778,7 @@ class ModuleRun:
     total: int  # mutants of the module before sampling
     tests: tuple[str, ...]
     keyword: str | None
+    cap: float = 60.0  # --timeout: the least a mutant's run may take before it counts as hung
     baseline_done: threading.Event = dataclasses.field(default_factory=threading.Event)
     baseline: tuple[str, float] | None = None
     outcomes: list[tuple[Mutant, str, float]] = dataclasses.field(default_factory=list)
@@ -785,7 +786,7 @@ class ModuleRun:
     @property
     def timeout(self) -> float:
         assert self.baseline is not None
-        return max(_ARGS_TIMEOUT[0], 3 * self.baseline[1])
+        return max(self.cap, 3 * self.baseline[1])
 
     def entry(self) -> dict:
         assert self.baseline is not None
@@ -833,9 +834,6 @@ class ModuleRun:
         ]
 
 
-_ARGS_TIMEOUT = [60.0]  # --timeout, for ModuleRun.timeout
-
-
 def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, began: float) -> None:
     """Every baseline and mutant on `jobs` workers. A module's baseline is queued ahead of the
     previous module's mutants, so it runs beside them instead of leaving a worker idle; a
@@ -860,7 +858,7 @@ def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, bega
     def baseline(run: ModuleRun) -> None:
         checkout = checkouts.get()
         try:
-            run.baseline = run_tests(checkout, run.tests, 30 * _ARGS_TIMEOUT[0], run.keyword)
+            run.baseline = run_tests(checkout, run.tests, 30 * run.cap, run.keyword)
         finally:
             checkouts.put(checkout)
             if run.baseline is None:
@@ -950,7 +948,6 @@ def main(argv: list[str] | None = None) -> int:
     limit = args.max_per_module or None
     rev = None if args.worktree else args.rev
     commit = git_commit(args.rev) if rev else git_commit("HEAD")
-    _ARGS_TIMEOUT[0] = args.timeout
     listed = load_equivalents()
 
     began = time.perf_counter()
@@ -977,6 +974,7 @@ def main(argv: list[str] | None = None) -> int:
                     len(every),
                     tests_for(module),
                     KEYWORDS.get(module),
+                    args.timeout,
                 )
             )
 
