@@ -135,3 +135,31 @@ def test_equivalents_are_not_run_and_baselines_run_beside_other_modules_mutants(
         assert entry_["equivalent"] == 2 and entry_["mutants_run"] == len(toy_mutants()) - 2
         assert entry_["killed"] == entry_["mutants_run"] and entry_["score"] == 1.0
     assert sum(1 for _, mutated in calls if mutated) == 3 * (len(toy_mutants()) - 2)
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "runs_mutants"), [(["failed", "passed"], True), (["failed", "failed"], False)]
+)
+def test_a_baseline_gets_one_retry_before_its_module_is_skipped(
+    monkeypatch, tmp_path, outcomes, runs_mutants
+):
+    """The other copy's run may collide with a baseline (ports, servers): a second failure
+    skips the module, a pass on the retry runs it and says the first try failed."""
+    baselines = iter(outcomes)
+
+    def fake_run_tests(checkout, tests, timeout, keyword=None):
+        if (checkout / "toy.py").read_text() == TOY:
+            return next(baselines), 0.01
+        return "failed", 0.01
+
+    monkeypatch.setattr(mt, "run_tests", fake_run_tests)
+    (tmp_path / "toy.py").write_text(TOY)
+    checkouts: queue.Queue[Path] = queue.Queue()
+    checkouts.put(tmp_path)
+    mutants = toy_mutants()
+    run = mt.ModuleRun("toy.py", TOY, mutants, [], len(mutants), ("t",), None)
+    mt.run_all([run], checkouts, 1, 0.0)
+    entry = run.entry()
+    assert entry["baseline_first_try"] == "failed"
+    assert ("error" not in entry) is runs_mutants
+    assert entry["mutants_run"] == (len(mutants) if runs_mutants else 0)
