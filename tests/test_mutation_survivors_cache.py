@@ -238,6 +238,22 @@ def test_arc_keeps_ghosts_up_to_twice_the_blocks_it_tracks():
     assert policy.lists()["t2"] == [3]
 
 
+def test_arc_drops_the_oldest_t2_ghost_past_twice_the_blocks_it_tracks():
+    """When a block comes in and lists plus ghosts would exceed 2c, the oldest ghost of B2
+    goes: content evicted from T2 that long ago comes back as new (T1), not as a ghost hit."""
+    policy = ARC()
+    for b in (0, 1, 2):
+        policy.make_evictable(b)
+    assert policy.evict() == 0  # B1 = [0]
+    _hit(policy, 1)
+    _hit(policy, 2)  # T2 = [1, 2]
+    assert [policy.evict(), policy.evict()] == [1, 2]  # B2 = [1, 2]
+    policy.make_evictable(3)  # c = 1: B1 + B2 hold 3 > 2c, so B2's oldest goes
+    assert policy.lists() == {"t1": [3], "t2": [], "b1": [0], "b2": [2]}
+    policy.make_evictable(1)
+    assert policy.lists()["t1"] == [3, 1] and policy.lists()["t2"] == []
+
+
 # -- prefix indexes: content keys, forgetting, matching ---------------------------------------
 
 BLOCK = 2
