@@ -249,3 +249,23 @@ def test_the_connector_stages_at_most_staging_blocks():
     assert connector.loadable_tokens(seq, 0) == 6
     host.delete(store.key_space(FP).keys(hashes[:3]))
     assert connector.loadable_tokens(seq, 0) == 0
+
+
+@pytest.mark.parametrize(
+    "block_hash",
+    [b"\x01" * 31, b"\x01" * 33, b"", "ab" * 16, None],
+    ids=["31-bytes", "33-bytes", "empty", "hex-text", "none"],
+)
+def test_encoding_refuses_a_block_hash_that_is_not_a_32_byte_digest(block_hash):
+    """A short hash would be padded with zeros and a long one cut, silently naming another
+    block in the header; anything else is refused with what to pass."""
+    from paged_kv.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="block_hash must be 32 bytes"):
+        encode_blob(
+            payloads(1)[0],
+            dtype="float32",
+            shape=FP.payload_shape,
+            fingerprint=SPACE.fingerprint_digest,
+            block_hash=block_hash,
+        )
