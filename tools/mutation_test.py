@@ -57,10 +57,12 @@ killed; a timeout counts as killed (an infinite loop is a detected fault).
 
 Cost: a run costs ~4 s of CPU to start plus the tests up to the first failure; a survivor
 runs them all. Each module's baseline is queued ahead of the previous module's mutants, so
-both jobs stay busy. Measured with --jobs 2 on 2 cores that other test runs were also using
-(load average 3.6-4.5): the default, 5 per module (154 mutants over 31 modules of the cache,
-the scheduler and the tiers), took 17 minutes (not measured on idle cores, where it should
-take less). The run prints its elapsed time and saves it with the load average.
+both jobs stay busy. Measured with --jobs 2 on 2 cores, over the 31 modules of the cache, the
+scheduler and the tiers: 5 per module (about 145 run) took 699 s with the cores otherwise
+idle (load average 0.1 at the start, 2.2 at the end) and 17 minutes while other test runs
+shared them (load 3.6-4.5); the default, 6 per module (180 run, 6 listed equivalent), took
+1014 s (load 0.8 at the start, 3.3 at the end: a CI run joined). The run prints its elapsed
+time and saves it with the load average.
 """
 
 from __future__ import annotations
