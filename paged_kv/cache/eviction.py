@@ -85,8 +85,7 @@ class _OrderedPolicy(EvictionPolicy):
             self._order.move_to_end(block_id)
 
     def make_evictable(self, block_id: int) -> None:
-        self._order[block_id] = None
-        self._order.move_to_end(block_id)
+        self._order[block_id] = None  # a new key: it joins at the end, the last to go
 
     def revive(self, block_id: int) -> None:
         del self._order[block_id]

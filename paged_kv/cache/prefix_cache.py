@@ -64,7 +64,6 @@ class PrefixCache:
 
     def share_path(self, path: None) -> None:
         """A fork shares its parent's path (the hash chain keeps none)."""
-        return None
 
     def release_path(self, path: None) -> None:
         """A sequence that held `path` is gone (the hash chain keeps no locks)."""
