@@ -80,7 +80,9 @@ OPS = st.lists(
 )
 
 
-def run_both(policy: EvictionPolicy, ref: Reference, ops):
+def run_both(policy: EvictionPolicy, ref, ops, check=None):
+    """Apply `ops` to the policy and its reference alike, comparing them after every step
+    (and calling `check()` then, for what a particular reference also tracks)."""
     for op, b in ops:
         if op == "touch":
             policy.touch(b)
@@ -98,6 +100,8 @@ def run_both(policy: EvictionPolicy, ref: Reference, ops):
             assert policy.evict() == ref.evict()
         assert len(policy) == len(ref.since)
         assert all((x in policy) == (x in ref.since) for x in range(8))
+        if check is not None:
+            check()
 
 
 @settings(max_examples=300)

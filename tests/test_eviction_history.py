@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_eviction import run_both
 
 from paged_kv import InvalidArgument
 from paged_kv.cache.eviction import LFU, make_policy
@@ -74,23 +75,11 @@ OPS = st.lists(
 @given(OPS, st.sampled_from([0.0, 0.5, 1.0, 2.0, 16.0]), st.integers(1, 4))
 def test_history_lfu_matches_its_definition(ops, history, max_bucket):
     policy, ref = HistoryLFU(history, max_bucket), HistoryLFURef(history, max_bucket)
-    for op, b in ops:
-        if op == "touch":
-            policy.touch(b)
-            ref.touch(b)
-        elif op == "evictable" and b not in ref.since:
-            policy.make_evictable(b)
-            ref.make_evictable(b)
-        elif op == "revive" and b in ref.since:
-            policy.revive(b)
-            ref.revive(b)
-        elif op == "forget":
-            policy.forget(b)
-            ref.forget(b)
-        elif op == "evict" and ref.since:
-            assert policy.evict() == ref.evict()
-        assert len(policy) == len(ref.since)
+
+    def same_counts():
         assert {x: policy.count(x) for x in range(8)} == {x: ref.count.get(x, 0) for x in range(8)}
+
+    run_both(policy, ref, ops, check=same_counts)
 
 
 def test_a_comeback_resumes_its_count_where_plain_lfu_starts_over():
