@@ -36,8 +36,8 @@ from paged_kv.cache.sequence import TokenSequence
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import ModelConfig, TinyLM
 from paged_kv.serving.scheduler import SamplingParams
+from paged_kv.study.token_chats import chat_sessions
 from paged_kv.study.trace_replay import replay_requests
-from paged_kv.study.workloads import chat_sessions
 
 PROMPTS = [128, 512, 2048, 8192]
 POOLS = [10_000, 100_000, 1_000_000]

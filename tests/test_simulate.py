@@ -99,8 +99,8 @@ def test_replaying_through_a_real_pool_gives_the_same_hits(policy):
 
 
 def test_replaying_chats_saves_prefill_and_eviction_costs_some():
+    from paged_kv.study.token_chats import chat_sessions
     from paged_kv.study.trace_replay import replay_requests
-    from paged_kv.study.workloads import chat_sessions
 
     chats = chat_sessions(30, turns=3, seed=2)
     roomy = replay_requests(chats, num_blocks=5000, block_size=16)

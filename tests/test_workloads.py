@@ -42,7 +42,7 @@ def test_popularity_shifts_to_new_prefixes_each_phase():
 
 
 def test_chat_sessions_resend_the_history_and_share_system_prompts():
-    from paged_kv.study.workloads import chat_sessions
+    from paged_kv.study.token_chats import chat_sessions
 
     requests = chat_sessions(10, turns=3, num_system_prompts=2, system_tokens=8, seed=1)
     assert len(requests) == 30

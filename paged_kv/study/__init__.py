@@ -1,6 +1,6 @@
 """Study tools (chapters 00 and 03): the memory-waste study, trace replays against Belady's
-optimum and the online (oracle) bound, seeded workloads, operations as data, and KV sizing of
-real models. They drive the cache layer and measure it; the library never imports them.
+optimum, the A0 oracle and the online limit, seeded workloads, operations as data, and KV
+sizing of real models. They drive the cache layer and measure it; the library never imports them.
 """
 
 from paged_kv.study.memory_waste import (
@@ -17,9 +17,11 @@ from paged_kv.study.memory_waste import (
     simulate_memory_waste,
     synthetic_requests,
 )
+from paged_kv.study.online_limit import online_limit_hits
 from paged_kv.study.operations import Add, Append, Free, Operation, decode_workload, replay
 from paged_kv.study.oracle import oracle_hits
 from paged_kv.study.sizing import KNOWN_MODELS, ModelShape
+from paged_kv.study.token_chats import chat_sessions
 from paged_kv.study.trace_replay import (
     CacheFrame,
     HitStats,
@@ -33,7 +35,6 @@ from paged_kv.study.workloads import (
     RATED_WORKLOADS,
     WORKLOADS,
     RatedTrace,
-    chat_sessions,
     multi_turn_chat,
     prefixes_with_scans,
     shared_prefixes,
@@ -66,6 +67,7 @@ __all__ = [
     "memory_waste_study",
     "multi_turn_chat",
     "next_pow2",
+    "online_limit_hits",
     "oracle_hits",
     "prefixes_with_scans",
     "replay",

@@ -82,7 +82,7 @@ def belady_hits(trace: Sequence[int], capacity: int) -> HitStats:
     return HitStats("belady", capacity, hits, len(trace) - hits)
 
 
-def perfect_lfu_hits(trace: Sequence[int], capacity: int) -> HitStats:
+def perfect_lfu_hits(trace: Sequence[int], capacity: int, restarts: Sequence[int] = ()) -> HitStats:
     """LFU that never forgets: exact counts of every block ever seen, kept after eviction.
 
     An online policy (it only knows the past) with unbounded memory and O(log n) per access:
@@ -90,24 +90,31 @@ def perfect_lfu_hits(trace: Sequence[int], capacity: int) -> HitStats:
     popularity does not change, no practical policy learns frequencies better, so the gap
     between it and Belady is the price of not knowing the future, not of a policy's design.
     On a miss the victim is the cached block with the lowest count (ties: least recent).
+    `restarts`: positions where popularity is known to change wholesale (the phases of
+    `shifting_popularity`); counts start again at each, and blocks not read since go first.
     """
     require_positive_int("capacity", capacity)
-    count: dict[int, int] = {}
+    upcoming = iter(sorted(restarts))
+    restart, phase = next(upcoming, None), 0
+    count: dict[int, tuple[int, int]] = {}  # block -> (phase of its last access, its count)
     last: dict[int, int] = {}  # cached block -> time of its last access
-    heap: list[tuple[int, int, int]] = []  # (count, last access, block); stale entries skipped
+    heap: list[tuple[int, int, int, int]] = []  # (phase, count, last access, block); stale skipped
     hits = 0
     for t, key in enumerate(trace):
-        count[key] = count.get(key, 0) + 1
+        while restart is not None and restart <= t:
+            restart, phase = next(upcoming, None), phase + 1
+        seen_in, n = count.get(key, (phase, 0))
+        count[key] = (phase, n + 1 if seen_in == phase else 1)
         if key in last:
             hits += 1
         elif len(last) >= capacity:
             while True:
-                c, when, victim = heapq.heappop(heap)
-                if last.get(victim) == when and count[victim] == c:
+                p, c, when, victim = heapq.heappop(heap)
+                if last.get(victim) == when and count[victim] == (p, c):
                     del last[victim]
                     break
         last[key] = t
-        heapq.heappush(heap, (count[key], t, key))
+        heapq.heappush(heap, (*count[key], t, key))
     return HitStats("perfect-lfu", capacity, hits, len(trace) - hits)
 
 

@@ -51,6 +51,34 @@ class RatedTrace:
 
     keys: list[int]
     changes: list[tuple[int, int, float]]
+    phase_starts: tuple[int, ...] = ()
+    """Positions where the popular set is replaced wholesale (shifting popularity): the
+    generator's rules fix them, so an observer that knows the rules knows them too."""
+    chat: ChatView | None = None
+    """For multi-turn chat: its requests as an observer sees them, and the rules."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request of a multi-turn chat as it arrives: which session, which system prompt."""
+
+    start: int  # position of its first block in the trace
+    session: int  # sessions are numbered as they open
+    prompt: int
+    opens: bool  # the session's first turn
+
+
+@dataclass(frozen=True)
+class ChatView:
+    """What an observer of `multi_turn_chat` can know without its draws: each turn, the rules
+    (`active_sessions`, `mean_turns`, `system_blocks`), and, told, each system prompt's Zipf
+    weight (an online policy would have to learn those)."""
+
+    turns: tuple[Turn, ...]
+    active_sessions: int
+    mean_turns: float
+    system_blocks: int
+    prompt_weights: tuple[float, ...]
 
 
 class _Builder:
@@ -72,8 +100,8 @@ class _Builder:
         """From now on `keys` are read by the next request with probability `rate`."""
         self.changes += [(len(self.keys), k, rate) for k in keys]
 
-    def rated(self) -> RatedTrace:
-        return RatedTrace(self.keys, sorted(self.changes, key=lambda c: c[0]))
+    def rated(self, phase_starts: tuple[int, ...] = (), chat: ChatView | None = None) -> RatedTrace:
+        return RatedTrace(self.keys, sorted(self.changes, key=lambda c: c[0]), phase_starts, chat)
 
 
 def shared_prefixes(
@@ -233,13 +261,15 @@ def rated_shifting_popularity(
     build = _Builder()
     fresh = _Keys(phases * num_prefixes * prefix_blocks)
     blocks = num_prefixes * prefix_blocks
+    starts = []
     for phase in range(phases):  # a new family of prefixes each phase
+        starts.append(len(build.keys))
         build.set_rates(range((phase - 1) * blocks, phase * blocks), 0.0)  # the old family
         _requests(
             build, rng, fresh, phase * num_prefixes, num_prefixes, num_requests // phases,
             prefix_blocks, unique_blocks, alpha,
         )  # fmt: skip
-    return build.rated()
+    return build.rated(phase_starts=tuple(starts[1:]))
 
 
 def multi_turn_chat(
@@ -305,12 +335,15 @@ def rated_multi_turn_chat(
     def prompt_rate(prompt: int) -> float:
         return users.get(prompt, 0) / active_sessions + float(weights[prompt]) / mean_turns
 
-    def open_session() -> tuple[int, list[int], int]:
+    opened = iter(range(num_requests + active_sessions))
+    turns: list[Turn] = []
+
+    def open_session() -> tuple[int, int, list[int], int]:
         prompt = int(next(prompts))
         users[prompt] = users.get(prompt, 0) + 1
         first = prompt * system_blocks
         turns = int(rng.geometric(1 / mean_turns))
-        return prompt, list(range(first, first + system_blocks)), turns
+        return next(opened), prompt, list(range(first, first + system_blocks)), turns
 
     def set_prompt_rate(prompt: int) -> None:
         first = prompt * system_blocks
@@ -319,10 +352,11 @@ def rated_multi_turn_chat(
     sessions = [open_session() for _ in range(active_sessions)]
     for _ in range(num_requests):
         s = int(rng.integers(active_sessions))
-        prompt, history, turns_left = sessions[s]
+        session, prompt, history, turns_left = sessions[s]
+        turns.append(Turn(len(build.keys), session, prompt, len(history) == system_blocks))
         new = fresh.take(user_blocks + answer_blocks)
         if turns_left > 1:
-            sessions[s] = (prompt, history + new, turns_left - 1)
+            sessions[s] = (session, prompt, history + new, turns_left - 1)
         else:
             users[prompt] -= 1
             sessions[s] = open_session()
@@ -330,8 +364,11 @@ def rated_multi_turn_chat(
         rates = [prompt_rate(prompt)] * system_blocks
         build.request(history + new, rates + [own] * (len(history) + len(new) - system_blocks))
         if turns_left == 1:  # a new session opened: its prompt gained a reader
-            set_prompt_rate(sessions[s][0])
-    return build.rated()
+            set_prompt_rate(sessions[s][1])
+    view = ChatView(
+        tuple(turns), active_sessions, mean_turns, system_blocks, tuple(map(float, weights))
+    )
+    return build.rated(chat=view)
 
 
 WORKLOADS = {
@@ -348,49 +385,3 @@ RATED_WORKLOADS = {
     "multi-turn-chat": rated_multi_turn_chat,
 }
 """The same workloads with the generator's true popularity of every block (`RatedTrace`)."""
-
-
-def chat_sessions(
-    num_sessions: int = 120,
-    *,
-    turns: int = 3,
-    num_system_prompts: int = 4,
-    system_tokens: int = 256,
-    user_tokens: int = 40,
-    answer_tokens: int = 80,
-    alpha: float = 1.1,
-    seed: int = 0,
-) -> list[tuple[list[int], list[int]]]:
-    """(prompt, answer) token lists of multi-turn chats, in arrival order.
-
-    Each session starts with one of a few system prompts (Zipf-popular) and, at every turn,
-    sends the whole conversation so far plus a new user message; sessions interleave. Models
-    a chat service: the system prompt is shared by many sessions, the history by the turns of
-    one session. User and answer lengths are lognormal around the given means.
-    """
-    require_positive_int("num_sessions", num_sessions)
-    require_positive_int("turns", turns)
-    rng = np.random.default_rng(seed)
-    vocab = 32_000
-
-    def fresh_tokens(mean: int) -> list[int]:
-        length = max(1, int(rng.lognormal(np.log(mean), 0.5)))
-        return [int(t) for t in rng.integers(0, vocab, length)]
-
-    systems = [
-        [int(t) for t in rng.integers(0, vocab, system_tokens)] for _ in range(num_system_prompts)
-    ]
-    choice = _zipf_choices(rng, num_system_prompts, num_sessions, alpha)
-    history = [list(systems[int(c)]) for c in choice]
-    # Session s opens at time s and sends its turns within the next few openings: sessions
-    # overlap as in a live service.
-    times = sorted(
-        (s + float(rng.uniform(0, 5)), s) for s in range(num_sessions) for _ in range(turns)
-    )
-    requests = []
-    for _, s in times:
-        prompt = history[s] + fresh_tokens(user_tokens)
-        answer = fresh_tokens(answer_tokens)
-        requests.append((prompt, answer))
-        history[s] = prompt + answer
-    return requests
