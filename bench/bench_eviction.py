@@ -20,9 +20,11 @@ run in rounds that interleave every policy, the floor and the seed-style heap LF
 with the garbage collector paused (a collection would scan every subject's objects); each figure
 is the median of the chunks, with their min–max.
 Hits: every policy on each workload (seeds 0 and 1) at 100, 200 and 400 blocks, as a share of
-Belady's (offline optimum), beside the online bound: the A0 oracle, told the generator's true
-popularity of every block (study/oracle.py). Where even it stays under 90% of Belady, so does
-every online policy; above it, the gap is what a policy fails to learn.
+Belady's (offline optimum), beside the online limit (study/online_limit.py: A0's rule on what the
+trace's past reveals to an observer who knows the generator's rules, not its draws) and the A0
+oracle (study/oracle.py: told the generator's state, which no policy knows). Where the online
+limit stays under 90% of Belady, no online policy can be expected to reach it; above it, the gap
+is what a policy fails to learn. At 100 blocks, both are also given over eight seeds.
 """
 
 from __future__ import annotations
@@ -38,15 +40,17 @@ from results_file import add_save_flag, merge_saved_parts, save_or_say
 
 from paged_kv.cache.eviction import POLICIES, make_policy
 from paged_kv.course.naive import HeapLFU
+from paged_kv.study.online_limit import online_limit_hits
 from paged_kv.study.oracle import oracle_hits
 from paged_kv.study.trace_replay import belady_hits, perfect_lfu_hits, replay_trace
-from paged_kv.study.workloads import RATED_WORKLOADS
+from paged_kv.study.workloads import RATED_WORKLOADS, RatedTrace
 
 SIZES = [1_000, 10_000, 100_000, 1_000_000]
 QUICK_SIZES = [1_000, 10_000]
 CAPACITIES = [100, 200, 400]
 GOAL = 0.9  # issue 16: the best online policy reaches 90% of Belady's hits
 SEEDS = (0, 1)  # a second seed: a conclusion must not hang on one draw of the traces
+SPREAD_SEEDS = range(8)  # at the smallest cache, where the goal meets the online limit
 FLOOR = "dict (floor)"
 NAMES = [*POLICIES, "heap-lfu (seed)", FLOOR]
 ROUNDS = 5
@@ -158,35 +162,66 @@ def cost_table(scale: int, sizes: list[int]) -> list[dict]:
 def hit_rate_table(capacities: list[int], quick: bool) -> list[dict]:
     """Hit rates (deterministic: one run each) as shares of Belady's, per workload and seed.
 
-    Beside the real policies: the A0 oracle (`oracle_hits`: told the generator's true
-    popularity, the online bound) and perfect LFU (exact counts of all the past)."""
+    Beside the real policies: the online limit (`online_limit_hits`: A0's rule on what the
+    trace's past reveals, the most an online policy can expect), the A0 oracle (`oracle_hits`:
+    told the generator's state, more than any policy knows) and perfect LFU (exact counts)."""
     rows = []
     for workload, make in RATED_WORKLOADS.items():
         for seed in SEEDS:
             rated = make(num_requests=500, seed=seed) if quick else make(seed=seed)
-            trace = rated.keys
             for capacity in capacities:
-                bound = belady_hits(trace, capacity).hits
-                hits = {p: replay_trace(trace, capacity, p).hits for p in POLICIES}
-                best = max(hits, key=hits.get)
-                oracle = oracle_hits(rated, capacity).hits
-                perfect = perfect_lfu_hits(trace, capacity).hits
-                rows.append(
-                    {
-                        "workload": workload,
-                        "seed": seed,
-                        "capacity": capacity,
-                        "accesses": len(trace),
-                        "belady_hit_rate": bound / len(trace),
-                        "oracle_hit_rate": oracle / len(trace),
-                        "hit_rate": {p: h / len(trace) for p, h in hits.items()},
-                        "share_of_belady": {p: h / bound for p, h in hits.items()},
-                        "best_online": best,
-                        "best_over_belady": hits[best] / bound,
-                        "oracle_over_belady": oracle / bound,
-                        "perfect_lfu_over_belady": perfect / bound,
-                    }
-                )
+                rows.append(hit_rate_cell(workload, seed, rated, capacity))
+    return rows
+
+
+def hit_rate_cell(workload: str, seed: int, rated: RatedTrace, capacity: int) -> dict:
+    """Every policy and reference on one trace and cache size."""
+    trace = rated.keys
+    bound = belady_hits(trace, capacity).hits
+    hits = {p: replay_trace(trace, capacity, p).hits for p in POLICIES}
+    best = max(hits, key=hits.get)
+    limit = online_limit_hits(rated, capacity).hits
+    oracle = oracle_hits(rated, capacity).hits
+    return {
+        "workload": workload,
+        "seed": seed,
+        "capacity": capacity,
+        "accesses": len(trace),
+        "belady_hit_rate": bound / len(trace),
+        "oracle_hit_rate": oracle / len(trace),
+        "hit_rate": {p: h / len(trace) for p, h in hits.items()},
+        "share_of_belady": {p: h / bound for p, h in hits.items()},
+        "best_online": best,
+        "best_over_belady": hits[best] / bound,
+        "online_limit_over_belady": limit / bound,
+        "best_over_online_limit": hits[best] / limit,
+        "oracle_over_belady": oracle / bound,
+        "perfect_lfu_over_belady": perfect_lfu_hits(trace, capacity).hits / bound,
+    }
+
+
+def spread_table(quick: bool) -> list[dict]:
+    """At the smallest cache, over SPREAD_SEEDS: the online limit and the best real policy.
+
+    One seed's cell can land either side of 90% by the luck of its draws; this says where the
+    goal sits against what an online policy can expect."""
+    rows = []
+    for workload, make in RATED_WORKLOADS.items():
+        cells = [
+            hit_rate_cell(
+                workload,
+                seed,
+                make(num_requests=500, seed=seed) if quick else make(seed=seed),
+                CAPACITIES[0],
+            )
+            for seed in SPREAD_SEEDS
+        ]
+        row = {"workload": workload, "capacity": CAPACITIES[0], "seeds": list(SPREAD_SEEDS)}
+        for key in ("online_limit_over_belady", "best_over_belady"):
+            sp = spread([c[key] for c in cells])
+            row[key] = {k: round(v, 4) for k, v in sp.items() if k in ("median", "min", "max")}
+        row["best_online"] = sorted({c["best_online"] for c in cells})
+        rows.append(row)
     return rows
 
 
@@ -203,7 +238,7 @@ def main() -> None:
     if args.part in ("cost", "all"):
         payload.update(print_cost(scale, sizes))
     if args.part in ("hits", "all"):
-        payload["hit_rates"] = print_hit_rates(args.quick)
+        payload.update(print_hit_rates(args.quick))
     if args.part != "all" and not args.quick:
         payload = merge_saved_parts("eviction", payload)
     save_or_say(args.save, "eviction", payload)
@@ -245,37 +280,51 @@ def print_cost(scale: int, sizes: list[int]) -> dict:
     }
 
 
-def print_hit_rates(quick: bool) -> list[dict]:
+def print_hit_rates(quick: bool) -> dict:
     rates = hit_rate_table(CAPACITIES, quick)
     names = list(POLICIES)
     print(
-        "\nhits as a share of Belady's (offline optimum), per policy; oracle = A0, told the "
-        "generator's true popularity (the online bound); perfect LFU = exact counts of all the "
-        "past\n"
+        "\nhits as a share of Belady's (offline optimum), per policy; limit = the online limit "
+        "(A0's rule on what the past reveals: the most an online policy can expect); oracle = A0, "
+        "told the generator's state; perfect LFU = exact counts of all the past\n"
         f"{'workload':20} {'seed':>4} {'cap':>4} {'belady':>7} "
         + " ".join(f"{p:>9}" for p in names)
-        + f"  {'best':>18} {'oracle':>7} {'perfect-lfu':>11}"
+        + f"  {'best':>18} {'limit':>6} {'oracle':>7} {'perfect-lfu':>11}"
     )
     for r in rates:
         share = r["share_of_belady"]
         mark = "" if r["best_over_belady"] >= GOAL else "  < 90%"
-        if r["oracle_over_belady"] < GOAL:
-            mark += ", unreachable online (oracle < 90%)"
+        if r["online_limit_over_belady"] < GOAL:
+            mark += ", so is the online limit"
         print(
             f"{r['workload']:20} {r['seed']:>4} {r['capacity']:>4} {r['belady_hit_rate']:>7.3f} "
             + " ".join(f"{share[p]:>9.1%}" for p in names)
             + f"  {r['best_over_belady']:>6.1%} {r['best_online']:>11}"
-            + f" {r['oracle_over_belady']:>7.1%} {r['perfect_lfu_over_belady']:>11.1%}{mark}"
+            + f" {r['online_limit_over_belady']:>6.1%} {r['oracle_over_belady']:>7.1%}"
+            + f" {r['perfect_lfu_over_belady']:>11.1%}{mark}"
         )
     for seed in SEEDS:
         cells = [r for r in rates if r["seed"] == seed]
         met = sum(r["best_over_belady"] >= GOAL for r in cells)
-        bound = sum(r["oracle_over_belady"] >= GOAL for r in cells)
+        reachable = sum(r["online_limit_over_belady"] >= GOAL for r in cells)
+        close = sum(r["best_over_online_limit"] >= 0.98 for r in cells)
         print(
-            f"seed {seed}: best online policy at >= {GOAL:.0%} of Belady in {met} of "
-            f"{len(cells)} cells; the oracle in {bound} (where it is not, no online policy is)"
+            f"seed {seed}: best real policy at >= {GOAL:.0%} of Belady in {met} of {len(cells)} "
+            f"cells; the online limit in {reachable}; the best real policy within 2% of the "
+            f"online limit in {close}"
         )
-    return rates
+    spread_rows = spread_table(quick)
+    print(
+        f"\nat {CAPACITIES[0]} blocks, seeds {SPREAD_SEEDS[0]}–{SPREAD_SEEDS[-1]}: median (min–max)"
+    )
+    for r in spread_rows:
+        lim, best = r["online_limit_over_belady"], r["best_over_belady"]
+        print(
+            f"  {r['workload']:20} online limit {lim['median']:.1%} ({lim['min']:.1%}–"
+            f"{lim['max']:.1%})  best real policy {best['median']:.1%} ({best['min']:.1%}–"
+            f"{best['max']:.1%}) [{', '.join(r['best_online'])}]"
+        )
+    return {"hit_rates": rates, "smallest_cache_over_seeds": spread_rows}
 
 
 if __name__ == "__main__":

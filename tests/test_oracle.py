@@ -1,4 +1,4 @@
-"""The online bound: the A0 oracle on traces small enough to follow by hand, never above Belady,
+"""The A0 oracle on traces small enough to follow by hand, never above Belady,
 and the workloads' rates, which must describe the very traces the policies replay."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The online bound: a policy told the workload generator's true popularity of every block.
+"""The A0 oracle: a policy told the workload generator's state, its true popularity of every block.
 
 Belady knows the future trace; no online policy does. The *A0* policy (Aho, Denning and
 Ullman, 1971) evicts the cached block least likely to be read next, from the true probabilities:
 among demand policies (every missed block is brought in), it is optimal in expectation when
-references are independent draws, as the prefix each request picks is here. So what separates a
-real policy from A0 is how well it learns popularity; what separates A0 from Belady is the
-future's randomness, which no online policy can remove.
+references are independent draws, as the prefix each request picks is here. What separates A0
+from Belady is the future's randomness. It knows more than any policy can (which prefix is the
+favourite, when a chat session will end): online_limit.py gives it only what the past reveals.
 """
 
 from __future__ import annotations
