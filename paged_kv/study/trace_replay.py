@@ -9,10 +9,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.manager import KVCacheManager
+from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int
 
 
@@ -48,6 +50,51 @@ def replay_trace(trace: Sequence[int], capacity: int, policy: PolicySpec) -> Hit
             chosen.evict()
         chosen.touch(key)
         chosen.make_evictable(key)
+    return HitStats(chosen.name, capacity, hits, len(trace) - hits)
+
+
+def serve_requests(
+    trace: Sequence[int], request_starts: Sequence[int], capacity: int, policy: PolicySpec
+) -> HitStats:
+    """`replay_trace` as the manager serves it: request by request, released last block first.
+
+    A request takes its cached blocks into use (a hit: `revive`, `touch`) and brings its missed
+    ones in, evicting a candidate when the cache is full; none of its blocks can be evicted
+    while it runs. When it ends it releases them last first, as `free_sequence` (and vLLM)
+    does, so its tail goes before its head. A request larger than the whole cache releases its
+    oldest blocks early. `request_starts[0]` must be 0 (`RatedTrace.request_starts`).
+    """
+    require_positive_int("capacity", capacity)
+    if list(request_starts[:1]) != [0] or any(b <= a for a, b in pairwise(request_starts)):
+        raise InvalidArgument(
+            "request_starts must start at 0 and rise: where each request starts in the trace "
+            f"(RatedTrace.request_starts), got {list(request_starts[:5])}..."
+        )
+    chosen = make_policy(policy)
+    hits, cached = 0, 0
+    ends = [*request_starts[1:], len(trace)]
+    for start, end in zip(request_starts, ends, strict=True):
+        held: dict[int, None] = {}  # this request's blocks, in order of first use
+        for key in trace[start:end]:
+            if key in held:
+                hits += 1
+            elif key in chosen:
+                hits += 1
+                chosen.revive(key)
+                chosen.touch(key)
+            else:
+                if cached >= capacity:
+                    if not len(chosen):  # the request fills the cache: its oldest block goes
+                        oldest = next(iter(held))
+                        del held[oldest]
+                        chosen.make_evictable(oldest)
+                    chosen.evict()
+                    cached -= 1
+                chosen.touch(key)
+                cached += 1
+            held[key] = None
+        for key in reversed(held):
+            chosen.make_evictable(key)
     return HitStats(chosen.name, capacity, hits, len(trace) - hits)
 
 

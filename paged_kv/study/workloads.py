@@ -56,6 +56,8 @@ class RatedTrace:
     generator's rules fix them, so an observer that knows the rules knows them too."""
     chat: ChatView | None = None
     """For multi-turn chat: its requests as an observer sees them, and the rules."""
+    request_starts: tuple[int, ...] = ()
+    """Where each request (a scan included) starts in `keys`: for `serve_requests`."""
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,12 @@ class _Builder:
     def __init__(self) -> None:
         self.keys: list[int] = []
         self.changes: list[tuple[int, int, float]] = []
+        self.starts: list[int] = []
 
     def request(self, keys: list[int], rate_after: list[float]) -> None:
         """A request reads `keys` in order; each is then read by a later one at its rate."""
         start = len(self.keys)
+        self.starts.append(start)
         self.changes += [(start, k, math.inf) for k in keys]  # the request still reads them
         pairs = enumerate(zip(keys, rate_after, strict=True), start=start + 1)
         self.changes += [(after, k, rate) for after, (k, rate) in pairs]
@@ -101,7 +105,8 @@ class _Builder:
         self.changes += [(len(self.keys), k, rate) for k in keys]
 
     def rated(self, phase_starts: tuple[int, ...] = (), chat: ChatView | None = None) -> RatedTrace:
-        return RatedTrace(self.keys, sorted(self.changes, key=lambda c: c[0]), phase_starts, chat)
+        changes = sorted(self.changes, key=lambda c: c[0])
+        return RatedTrace(self.keys, changes, phase_starts, chat, tuple(self.starts))
 
 
 def shared_prefixes(
