@@ -266,6 +266,7 @@ POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "s3fifo": _lazy("s3fifo", "S3FIFO"),
     "w-tinylfu": _lazy("tinylfu", "WTinyLFU"),
     "arc": _lazy("arc", "ARC"),
+    "duel": _lazy("duel", "Duel"),
 }
 
 
