@@ -23,6 +23,11 @@ from paged_kv.course.checks.failures import (
 )
 
 
+def _said(exc: BaseException) -> str:
+    """`KeyError: 3`, or just `StopIteration` when the exception has no text."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class Failure(Exception):
     """A trial failed: `cause` says why (shrinking keeps it), `message` says it to the learner."""
 
@@ -56,7 +61,7 @@ class Replay:
         except Exception as exc:
             raise Failure(
                 f"raised {type(exc).__name__} at {where_raised(exc)}",
-                f"`{line}` raised {type(exc).__name__}: {exc}{where_raised(exc)}",
+                f"`{line}` raised {_said(exc)}{where_raised(exc)}",
             ) from exc
         if isinstance(result, int | list | tuple | str | bytes) and not isinstance(result, bool):
             self.lines[-1] = f"{line}  # returned {short_repr(result, 80)}"
@@ -79,7 +84,7 @@ class Replay:
             raise Failure(
                 f"{line}: raised {type(exc).__name__}, not {error.__name__}",
                 f"`{line}` should raise {error.__name__}{because}, but it raised "
-                f"{type(exc).__name__}: {exc}{where_raised(exc)}",
+                f"{_said(exc)}{where_raised(exc)}",
             ) from exc
         raise Failure(
             f"{line.split('(')[0]}: no {error.__name__}",
