@@ -163,6 +163,11 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_eviction.py",
         "tests/test_block_pool.py",
     ),
+    "paged_kv/cache/duel.py": (
+        "tests/test_duel.py",
+        "tests/test_eviction.py",
+        "tests/test_block_pool.py",
+    ),
     "paged_kv/cache/history_lfu.py": (
         "tests/test_eviction_history.py",
         "tests/test_eviction.py",
