@@ -4,6 +4,7 @@ The hash functions are defined at module level: the check runs them again in fre
 processes (other PYTHONHASHSEEDs), which re-executes this file's definitions.
 """
 
+import contextlib
 import hashlib
 import struct
 
@@ -105,6 +106,32 @@ def hex_strings(token_ids, block_size, salt=None):
     return [h.hex() for h in chained_hashes(token_ids, block_size, salt)]
 
 
+str_of_the_salt = _chain(
+    lambda block: struct.pack(f"<{len(block)}q", *block), lambda salt: str(salt).encode()
+)
+
+
+def truncated(token_ids, block_size, salt=None):
+    return [h[:8] for h in chained_hashes(token_ids, block_size, salt)]
+
+
+def trims_the_tokens(token_ids, block_size, salt=None):
+    del token_ids[len(token_ids) // block_size * block_size :]
+    return chained_hashes(token_ids, block_size, salt)
+
+
+def rehashes_the_prefix(token_ids, block_size, salt=None):
+    root = b"no salt" if salt is None else b"salt:" + salt.encode()
+    return [
+        hashlib.sha256(root + struct.pack(f"<{end}q", *token_ids[:end])).digest()
+        for end in range(block_size, len(token_ids) + 1, block_size)
+    ]
+
+
+def salt_without_default(token_ids, block_size, salt):
+    return chained_hashes(token_ids, block_size, salt)
+
+
 @pytest.mark.parametrize(
     ("fn", "mistake"),
     [
@@ -117,7 +144,12 @@ def hex_strings(token_ids, block_size, salt=None):
         (salt_ignored, "must change every hash of the chain"),
         (pythons_hash, "PYTHONHASHSEED=1"),
         (partial_block_too, "a partial block has no hash"),
-        (hex_strings, "each hash should be bytes"),
+        (hex_strings, r"each hash should be bytes, but yours are str .*not \.hexdigest\(\)"),
+        (truncated, "yours are 8 bytes .*keep all 32 bytes"),
+        (str_of_the_salt, r"salt='None' and no salt \(None\) give the same hashes"),
+        (trims_the_tokens, "changed the token_ids list it was given"),
+        (rehashes_the_prefix, "work per block grows with the prompt"),
+        (salt_without_default, r"salt optional with the default None"),
     ],
 )
 def test_a_wrong_hash_fails_naming_its_mistake(fn, mistake):
@@ -163,6 +195,52 @@ def skips_the_first_block(index, hashes, num_prompt_tokens, block_size):
     return cached_prefix(index, hashes, num_prompt_tokens, block_size)[1:]
 
 
+def trims_the_hashes(index, hashes, num_prompt_tokens, block_size):
+    del hashes[(num_prompt_tokens - 1) // block_size :]
+    return cached_prefix(index, hashes, len(hashes) * block_size + 1, block_size)
+
+
+def looks_up_all_then_cuts(index, hashes, num_prompt_tokens, block_size):
+    found = [index.get(h) for h in hashes]
+    blocks = []
+    for block in found[: (num_prompt_tokens - 1) // block_size]:
+        if block is None:
+            break
+        blocks.append(block)
+    return blocks
+
+
+def scans_the_index(index, hashes, num_prompt_tokens, block_size):
+    blocks = []
+    for digest in hashes[: (num_prompt_tokens - 1) // block_size]:
+        hit = next((b for h, b in index.items() if h == digest), None)
+        if hit is None:
+            break
+        blocks.append(hit)
+    return blocks
+
+
+def block_zero_is_a_miss(index, hashes, num_prompt_tokens, block_size):
+    blocks = []
+    for digest in hashes[: (num_prompt_tokens - 1) // block_size]:
+        block = index.get(digest)
+        if not block:
+            break
+        blocks.append(block)
+    return blocks
+
+
+def drops_the_last_hash(index, hashes, num_prompt_tokens, block_size):
+    return covers_the_last_token(index, hashes[:-1], num_prompt_tokens, block_size)
+
+
+def swallows_the_read_only_error(index, hashes, num_prompt_tokens, block_size):
+    blocks = cached_prefix(index, hashes, num_prompt_tokens, block_size)
+    with contextlib.suppress(Exception):
+        index[b"mine"] = 0
+    return blocks
+
+
 @pytest.mark.parametrize(
     ("fn", "mistake"),
     [
@@ -170,8 +248,14 @@ def skips_the_first_block(index, hashes, num_prompt_tokens, block_size):
         (covers_the_last_token, "the last prompt token is never a hit"),
         (cap_off_by_one, "the last prompt token is never a hit"),
         (returns_the_hashes, "return the block ids the index maps the hashes to"),
-        (pops_from_the_index, "raised AttributeError"),
+        (pops_from_the_index, r"the index is read-only: .*your code called index\.pop"),
+        (swallows_the_read_only_error, r"the index is read-only: .*index\[h\] = \.\.\."),
         (skips_the_first_block, "the longest run of hashes from the start"),
+        (trims_the_hashes, "changed the list of hashes it was given"),
+        (looks_up_all_then_cuts, "stop at the first miss"),
+        (scans_the_index, "iterated over the index"),
+        (block_zero_is_a_miss, "block id 0 is a valid block id"),
+        (drops_the_last_hash, "your hits stop one block short"),
     ],
 )
 def test_a_wrong_lookup_fails_naming_its_mistake(fn, mistake):
@@ -180,6 +264,7 @@ def test_a_wrong_lookup_fails_naming_its_mistake(fn, mistake):
     message = str(failure.value)
     assert message.startswith("Exercise 2 (cached_prefix)")
     assert "block_hashes(" in message and "seed=0" in message  # a replayable repro
+    assert "index = MappingProxyType(index)" in message  # read-only in the replay too
 
 
 # -- exercise 3: the all-or-nothing add --------------------------------------------------------
@@ -240,16 +325,53 @@ def refuses_an_exact_fit(pool, hits, num_blocks):
     return hits + pool.allocate(fresh)
 
 
+def extends_the_hits(pool, hits, num_blocks):
+    table = allocate_table(pool, list(hits), num_blocks)
+    hits.extend(table[len(hits) :])
+    return hits
+
+
+def swallows_errors(pool, hits, num_blocks):
+    fresh = num_blocks - len(hits)
+    available = pool.num_available - sum(1 for b in hits if pool.ref_count(b) == 0)
+    if fresh > available:
+        raise OutOfBlocks("short", requested=fresh, available=available)
+    try:
+        pool.share(hits)
+        return hits + pool.allocate(fresh)
+    except Exception:
+        return list(hits)
+
+
+def scans_the_pool(pool, hits, num_blocks):
+    fresh = num_blocks - len(hits)
+    cached = 0
+    for block in range(pool.num_blocks):
+        if block in hits and pool.ref_count(block) == 0:
+            cached += 1
+    available = pool.num_available - cached
+    if fresh > available:
+        raise OutOfBlocks("short", requested=fresh, available=available)
+    pool.share(hits)
+    return hits + pool.allocate(fresh)
+
+
 @pytest.mark.parametrize(
     ("fn", "mistake"),
     [
-        (shares_before_checking, "a refused add must change nothing"),
-        (shares_then_undoes, "not even the eviction policy's order"),
-        (forgets_the_revived_hits, "stops being evictable once shared|change nothing"),
+        (shares_before_checking, "Your code shared the hits, then pool.allocate refused"),
+        (shares_then_undoes, "sharing, then undoing, moves the hits"),
+        (forgets_the_revived_hits, r"pool\.num_available \(4\) counts the 1 cached hit"),
         (allocates_before_sharing, "your allocation evicted them"),
         (wrong_available, r"So OutOfBlocks\(requested=4, available=3\); got requested=5"),
         (fresh_blocks_first, "followed by"),
-        (refuses_an_exact_fit, r"allocate_table\(pool, \[0\], 4\)` raised OutOfBlocks"),
+        (
+            refuses_an_exact_fit,
+            r"fit exactly .*allocate_table\(pool, \[0\], 4\)` raised OutOfBlocks",
+        ),
+        (extends_the_hits, "changed the list of hits it was given"),
+        (swallows_errors, "instead of letting the error through"),
+        (scans_the_pool, "it scans the pool"),
     ],
 )
 def test_a_wrong_add_fails_naming_its_mistake(fn, mistake):
@@ -259,7 +381,32 @@ def test_a_wrong_add_fails_naming_its_mistake(fn, mistake):
 
 
 def test_parts_so_far_catch_a_wrong_part_inside_a_real_manager():
-    with pytest.raises(CheckFailed, match="prefix_lookup returned"):
+    with pytest.raises(CheckFailed, match="your prefix_lookup returned") as failure:
         checks.check_prefix_parts(chained_hashes, skips_the_first_block, allocate_table)
-    with pytest.raises(CheckFailed, match="allocate_table returned"):
+    assert "Your code returned without an error" not in str(failure.value)  # the part's answer
+    with pytest.raises(CheckFailed, match="your allocate_table returned"):
         checks.check_prefix_parts(chained_hashes, cached_prefix, fresh_blocks_first)
+    with pytest.raises(CheckFailed, match=r"yours are str .*not \.hexdigest\(\)"):
+        checks.check_prefix_parts(hex_strings, cached_prefix, allocate_table)
+    with pytest.raises(CheckFailed, match="the index is read-only"):
+        checks.check_prefix_parts(chained_hashes, pops_from_the_index, allocate_table)
+
+
+def test_parts_so_far_say_when_the_library_pool_and_policy_stand_in(capsys):
+    checks.check_prefix_parts(chained_hashes, cached_prefix, allocate_table)
+    assert "with the library's BlockPool and 'lru' policy" in capsys.readouterr().out
+
+
+def test_saving_a_stub_warns(tmp_path, monkeypatch, capsys):
+    from paged_kv.course import parts
+
+    monkeypatch.setenv("PAGED_KV_PARTS", str(tmp_path))
+    saved = parts.save(block_hasher=a_stub)
+    assert [p.name for p in saved] == ["block_hasher.py"]  # still the paths, in a list
+    assert "`a_stub` still has a stub" in capsys.readouterr().out
+    parts.save(block_hasher=chained_hashes)
+    assert "still has a stub" not in capsys.readouterr().out
+
+
+def a_stub(token_ids, block_size, salt=None):
+    raise NotImplementedError("chained_hashes: replace this line with your code")

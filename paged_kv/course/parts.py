@@ -64,9 +64,22 @@ def parts_dir() -> Path:
     return Path(os.environ.get("PAGED_KV_PARTS") or Path.cwd() / "my_paged_kv")
 
 
+class Saved(list):
+    """The paths `save` wrote: a list, which a notebook cell does not echo (the lines `save`
+    prints say it all)."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+_STUB = "replace this line with your code"  # the exercise stubs' NotImplementedError
+
+
 def save(**parts: Any) -> list[Path]:
-    """Save each part's defining cell(s) as `my_paged_kv/<name>.py`; return the paths."""
-    paths = []
+    """Save each part's defining cell(s) as `my_paged_kv/<name>.py`; return the paths.
+
+    A part whose source still holds an exercise stub is saved, with a warning."""
+    paths = Saved()
     for name, obj in parts.items():
         if name not in PARTS:
             raise InvalidArgument(f"unknown part {name!r}; the parts are {sorted(PARTS)}.")
@@ -82,8 +95,28 @@ def save(**parts: Any) -> list[Path]:
             f"{source.rstrip()}\n\n\nPART = {obj.__name__}\n"
         )
         paths.append(path)
-        print(f"saved {part.what} as {_shown(path)}")
+        stubs = _stubs(obj)
+        stub = (
+            f": ⚠️ {', '.join(stubs)} still has a stub (raise NotImplementedError), so the "
+            "capstone would fail on it; write it, run its cell and save again"
+            if stubs
+            else ""
+        )
+        print(f"saved {part.what} as {_shown(path)}{stub}")
     return paths
+
+
+def _stubs(obj: Any) -> list[str]:
+    """The functions of `obj` (itself, or a class's methods) that still raise the stub."""
+    functions = [getattr(v, "__func__", getattr(v, "fget", v)) for v in vars(obj).values()]
+    found = []
+    for function in [obj] if inspect.isfunction(obj) else functions:
+        code = getattr(function, "__code__", None)
+        if code is not None and any(
+            isinstance(c, str) and c.endswith(_STUB) for c in code.co_consts
+        ):
+            found.append(f"`{function.__name__}`")
+    return found
 
 
 def load(name: str) -> Any:

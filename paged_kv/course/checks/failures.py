@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import os
 import sysconfig
 import traceback
@@ -173,8 +174,10 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
         return ExerciseNotDone(f"{label} is not done yet: {stub_of(exc)}")
     step = f"\nThe check was running: {doing}" if doing else ""
     if _learner_frame(exc) is None:  # the library refused a state the learner's code made
+        text = str(exc).rstrip()
+        text += "" if text.endswith((".", "!", "?")) else "."
         return CheckFailed(
-            f"{label}: the library raised {type(exc).__name__}: {exc} Your code returned "
+            f"{label}: the library raised {type(exc).__name__}: {text} Your code returned "
             f"without an error earlier, but left things in a state the library refuses.{step}"
         )
     return CheckFailed(
@@ -239,4 +242,24 @@ def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except (CheckFailed, ExerciseNotDone):
         raise
     except Exception as exc:
+        if isinstance(exc, TypeError) and _learner_frame(exc) is None:
+            wrong = _cannot_take(fn, args, kwargs)
+            if wrong:  # the call itself failed: the learner's signature, not the library
+                raise CheckFailed(
+                    f"{_label.get() or 'this check'}: {doing} failed before your code ran: "
+                    f"{wrong} ({exc}).\nThe check was running: {doing}"
+                ) from None
         raise learner_error(exc, doing=doing) from None
+
+
+def _cannot_take(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
+    """Why `fn` cannot be called with `args` and `kwargs`, or "" if it can."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return f"your {getattr(fn, '__name__', 'function')}{signature} cannot take these arguments"
+    return ""

@@ -1,17 +1,29 @@
 """Exercise 3 of chapter 04: the all-or-nothing add. The hits are shared and fresh blocks
 allocated only after checking that they fit, so a refused add changes nothing, not even the
-eviction policy's order or counts."""
+eviction policy's order or counts. The caller's list of hits is left as it was, an error of the
+pool is let through (never a short table), and the work grows with the table, not the pool
+(Python lines counted in a small and a large pool)."""
 
 from __future__ import annotations
 
 import random
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.eviction import LRU
-from paged_kv.course.checks.failures import exercise, passed
-from paged_kv.course.checks.replay import Replay, fixed, search
+from paged_kv.course.checks.cost import count_lines_executed
+from paged_kv.course.checks.failures import (
+    CheckFailed,
+    call,
+    exercise,
+    passed,
+    short_repr,
+    where_raised,
+)
+from paged_kv.course.checks.replay import Failure, Replay, fixed, search
 from paged_kv.errors import OutOfBlocks
 
 
@@ -70,16 +82,18 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
         revived = sum(1 for b in hits if twin.ref_count(b) == 0)
         available = twin.num_available - revived
         line = f"allocate_table(pool, {hits}, {want_n})"
+        given = list(hits)
         if extra > available:
-            err = r.raises(OutOfBlocks, line, fn, pool, list(hits), want_n)
+            err = r.raises(OutOfBlocks, line, fn, pool, given, want_n)
+            _expect_hits_kept(r, line, hits, given)
             if _pool_state(pool) != before or policy.calls or evicted:
                 r.fail(
                     "not all or nothing",
                     "a refused add must change nothing, not even the eviction policy's order "
                     f"or counts; the pool's calls to its policy were {policy.calls or 'none'}"
                     + (f", blocks {evicted} were evicted" if evicted else "")
-                    + ". Check that the fresh blocks fit before taking any reference (sharing "
-                    "then undoing moves the hits in the policy's order)",
+                    + ". "
+                    + _refusal_advice(err, policy.calls, hits, extra, available, revived),
                 )
             if (err.requested, err.available) != (extra, available):
                 why = (
@@ -100,7 +114,13 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
                 f"# {extra} fresh blocks fit exactly: {revived} of the hits are cached, so "
                 "they stop being evictable once shared"
             )
-        table = r.run(line, fn, pool, list(hits), want_n)
+        try:
+            table = r.run(line, fn, pool, given, want_n)
+        except Failure as failure:
+            if isinstance(failure.__cause__, OutOfBlocks):
+                r.fail("refused a fit", _fits(line, failure.__cause__, extra, available))
+            raise
+        _expect_hits_kept(r, line, hits, given)
         gone = [b for b in evicted if b in hits]
         if gone:
             r.fail(
@@ -147,7 +167,126 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
 
     fixed("Every step of the check", _allocate_table_scenario(fn), Replay())
     search(run, make, trials=400, seed=seed, what="check_allocate_table", keep=6)
-    passed("fit checked before any reference, on 400 random trials")
+    fixed("Every step of the check", _failing_allocate_scenario(fn), Replay())
+    _work_grows_with_the_table(fn)
+    passed("fit checked before any reference, on 400 random trials; no scan of the pool")
+
+
+def _expect_hits_kept(r: Replay, line: str, hits: list[int], given: list[int]) -> None:
+    if given != hits:
+        r.fail(
+            "changed the hits",
+            f"`{line}` changed the list of hits it was given (it was {hits}, it is {given} "
+            "after the call): the list is the caller's, who keeps using it; build the table "
+            "as a new list ([*hits, *fresh])",
+        )
+
+
+def _raised_by_pool_allocate(err: BaseException) -> bool:
+    """Did `err` come from `BlockPool.allocate` (the pool refusing), not the learner's raise?"""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and (Path(frames[-1].filename).name, frames[-1].name) == (
+        "block_pool.py",
+        "allocate",
+    )
+
+
+def _refusal_advice(
+    err: BaseException, calls: list[str], hits: list[int], fresh: int, available: int, cached: int
+) -> str:
+    """Why a refused add changed the pool, from where the refusal came from."""
+    undone = any(c.startswith("make_evictable") for c in calls)
+    if _raised_by_pool_allocate(err) and not undone:
+        counted = (
+            f" and pool.num_available ({available + cached}) counts the {cached} cached "
+            f"hit(s) among {hits}, which stop being evictable once shared: only {available} "
+            "can be had (subtract the hits whose pool.ref_count(b) is 0)"
+            if cached
+            else ""
+        )
+        return (
+            f"Your code shared the hits, then pool.allocate refused the {fresh} fresh blocks: "
+            f"decide before taking any reference. {fresh} fresh blocks do not fit{counted}; "
+            "raise OutOfBlocks before pool.share"
+        )
+    return (
+        "Check that the fresh blocks fit before taking any reference (sharing, then undoing, "
+        "moves the hits in the policy's order)"
+    )
+
+
+def _fits(line: str, err: BaseException, fresh: int, available: int) -> str:
+    return (
+        f"{fresh} fresh block(s) fit exactly ({available} can be had): refuse only when more "
+        f"are needed than can be had (fresh > available), never when they are equal; `{line}` "
+        f"raised OutOfBlocks: {err}{where_raised(err)}"
+    )
+
+
+def _failing_allocate_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]:
+    """The pool's allocate fails where the fit check said it would not: the error must come
+    through, not a short table (and the references taken would leak)."""
+
+    class FailingPool(BlockPool):
+        def allocate(self, n: int = 1) -> list[int]:
+            raise OutOfBlocks(
+                "the check made pool.allocate fail", requested=n, available=self.num_available
+            )
+
+    def scenario(r: Replay) -> None:
+        pool = FailingPool(4, 4)
+        pool.keep_content(BlockPool.allocate(pool, 1))
+        pool.release([0])
+        r.note("pool = BlockPool(4, 4)")
+        r.note("pool.allocate(1)  # returned [0]")
+        r.note("pool.keep_content([0])")
+        r.note("pool.release([0])  # block 0 is cached, 1-3 free; block 0 is a hit")
+        r.note("# the check makes pool.allocate raise OutOfBlocks, as a failing pool would")
+        line = "allocate_table(pool, [0], 3)"
+        r.lines.append(line)
+        try:
+            table = fn(pool, [0], 3)
+        except NotImplementedError:
+            raise
+        except Exception:
+            return  # the error came through
+        if isinstance(table, list | tuple) and len(table) == 3:
+            return  # a whole table, without the failing allocate: nothing was hidden
+        r.lines[-1] = f"{line}  # returned {short_repr(table, 80)}"
+        leaked = " (block 0 keeps the one pool.share took)" if pool.ref_count(0) else ""
+        r.fail(
+            "swallowed an error",
+            f"when pool.allocate raised OutOfBlocks, `{line}` returned "
+            f"{short_repr(table, 80)} instead of letting the error through: catching it hides "
+            f"the failure, returns a table that is too short, and leaks references{leaked}. "
+            "Catch nothing around share and allocate (the fit is checked before, with "
+            "pool.num_available)",
+        )
+
+    return scenario
+
+
+_POOL_SIZES = (64, 4096)
+
+
+def _work_grows_with_the_table(fn: Callable[..., Any]) -> None:
+    """The same add (2 cached hits, 2 fresh blocks) runs as many Python lines in a 64-block
+    pool as in a 4,096-block one: nothing scans the pool."""
+    lines = []
+    for size in _POOL_SIZES:
+        pool = BlockPool(size, 4)
+        pool.keep_content(pool.allocate(4))
+        pool.release([0, 1, 2, 3])
+        doing = f"allocate_table(pool, [0, 1], 4) in a {size:,}-block pool"
+        lines.append(count_lines_executed(lambda p=pool, d=doing: call(d, fn, p, [0, 1], 4)))
+    small, large = lines
+    if large > 2 * small + 50:
+        raise CheckFailed(
+            f"allocate_table(pool, [0, 1], 4) ran {small:,} Python lines in a "
+            f"{_POOL_SIZES[0]}-block pool but {large:,} in a {_POOL_SIZES[1]:,}-block pool: it "
+            "scans the pool. Count the cached hits among the hits only (sum(1 for b in hits "
+            "if pool.ref_count(b) == 0)): the work must grow with the table, not the pool."
+        )
 
 
 def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]:
@@ -163,14 +302,15 @@ def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]
         r.run("pool.release([0, 1])", pool.release, [0, 1])
         r.note("# blocks 0 and 1 are cached, 2 and 3 free; block 0 is a hit")
         policy.calls.clear()
-        err = r.raises(OutOfBlocks, "allocate_table(pool, [0], 5)", fn, pool, [0], 5)
+        given = [0]
+        err = r.raises(OutOfBlocks, "allocate_table(pool, [0], 5)", fn, pool, given, 5)
+        _expect_hits_kept(r, "allocate_table(pool, [0], 5)", [0], given)
         if policy.calls or pool.ref_count(0) != 0 or pool.num_free != 2:
             r.fail(
                 "not all or nothing",
                 "a refused add must change nothing, not even the eviction policy's order or "
-                f"counts, but the pool made these calls to its policy: {policy.calls}; check "
-                "that the fresh blocks fit before taking any reference (sharing, then undoing, "
-                "moves the hits in the policy's order)",
+                f"counts, but the pool made these calls to its policy: {policy.calls}. "
+                + _refusal_advice(err, policy.calls, [0], 4, 3, 1),
             )
         if (err.requested, err.available) != (4, 3):
             r.fail(
@@ -180,7 +320,16 @@ def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]
                 "evictable once shared. So OutOfBlocks(requested=4, available=3); got "
                 f"requested={err.requested}, available={err.available}",
             )
-        table = r.run("allocate_table(pool, [0], 4)", fn, pool, [0], 4)
+        given = [0]
+        try:
+            table = r.run("allocate_table(pool, [0], 4)", fn, pool, given, 4)
+        except Failure as failure:
+            if isinstance(failure.__cause__, OutOfBlocks):
+                r.fail(
+                    "refused a fit", _fits("allocate_table(pool, [0], 4)", failure.__cause__, 3, 3)
+                )
+            raise
+        _expect_hits_kept(r, "allocate_table(pool, [0], 4)", [0], given)
         if not isinstance(table, list | tuple) or list(table)[:1] != [0] or len(table) != 4:
             r.fail(
                 "table",

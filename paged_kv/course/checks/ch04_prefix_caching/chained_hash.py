@@ -1,11 +1,12 @@
 """Exercise 1 of chapter 04: the chained block hash, salted, over an encoding in which no two
-different inputs collide, and the same in a fresh process with another PYTHONHASHSEED (the
-learner's cell is run again there)."""
+different inputs collide, one block hashed per block (the work is counted), the caller's list
+left as it was, and the same in a fresh process with another PYTHONHASHSEED (the learner's cell
+is run again there, as `parts.save` keeps it: its imports and definitions)."""
 
 from __future__ import annotations
 
+import inspect
 import json
-import linecache
 import os
 import random
 import subprocess
@@ -13,7 +14,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from paged_kv.course.checks.cost import CountingList, Meter, count_lines_executed
 from paged_kv.course.checks.failures import CheckFailed, call, exercise, expect, passed
+from paged_kv.errors import InvalidArgument
 
 _IN_SUBPROCESS = "PAGED_KV_CHECK_SUBPROCESS"
 
@@ -24,11 +27,20 @@ def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
     over an encoding in which no two different inputs collide."""
     if os.environ.get(_IN_SUBPROCESS):
         return  # the learner's cell, re-run in a fresh process by this very check
+    _expect_signature(fn)
 
     def h(tokens: list[int], size: int, salt: str | None = None) -> list[bytes]:
         salted = f", salt={salt!r}" if salt is not None else ""
         line = f"chained_hashes({tokens}, {size}{salted})"
-        return call(line, fn, list(tokens), size, **({} if salt is None else {"salt": salt}))
+        given = list(tokens)
+        out = call(line, fn, given, size, **({} if salt is None else {"salt": salt}))
+        expect(
+            given == tokens,
+            f"{line} changed the token_ids list it was given (before the call {_shown(tokens)}, "
+            f"after it {_shown(given)}): the list is the caller's prompt, which it keeps "
+            "using; read it (slice it, token_ids[start : start + block_size]), never change it.",
+        )
+        return out
 
     out = h(list(range(10)), 4)
     expect(
@@ -36,11 +48,7 @@ def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
         f"chained_hashes(list(range(10)), 4) should return 2 hashes (10 tokens make 2 full "
         f"blocks of 4; a partial block has no hash), got {_shown(out)}.",
     )
-    expect(
-        all(isinstance(x, bytes) and len(x) >= 16 for x in out),
-        "each hash should be bytes, at least 16 of them (a SHA-256 digest is 32), got "
-        f"{_shown(out)}: use hashlib, never hash().",
-    )
+    _expect_digests(out)
     expect(h([], 4) == [] and h([1, 2, 3], 4) == [], "fewer tokens than a block: no hash ([]).")
     expect(h(list(range(10)), 4) == out, "hashing the same tokens twice must give the same hashes.")
     same = h([1, 2, 3, 4, 1, 2, 3, 4], 4)
@@ -79,9 +87,87 @@ def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
         "salt='' and no salt (None) give the same hashes: an empty salt is still a salt. Encode "
         "whether there is one, not only its bytes ((salt or '').encode() cannot tell them apart).",
     )
+    expect(
+        h(list(range(8)), 4, "None") != plain,
+        "salt='None' and no salt (None) give the same hashes: str(salt) turns None into 'None', "
+        "so a tenant named 'None' would share every other request's blocks. Encode whether "
+        "there is a salt (a tag for None), then the salt's bytes.",
+    )
     _random_collisions(h)
+    _one_hash_per_block(fn)
     _same_in_other_processes(fn)
-    passed("chained, salted, collision-free on the probes, the same in other processes")
+    passed(
+        "chained, salted, collision-free on the probes, one hash per block, the same in other "
+        "processes"
+    )
+
+
+def _expect_signature(fn: Callable[..., Any]) -> None:
+    """`fn(token_ids, block_size)` and `fn(token_ids, block_size, salt=...)` must both bind."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or a callable without one: let the calls tell
+        return
+    for args, kwargs in (([], 4), {}), (([], 4), {"salt": "a"}):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CheckFailed(
+                f"{fn.__name__}{signature} cannot be called as chained_hashes(token_ids, "
+                f"block_size{', salt=...' if kwargs else ''}) ({exc}): it must take "
+                "(token_ids, block_size, salt=None), the salt optional with the default None "
+                "(most requests have no salt, and their callers leave it out)."
+            ) from None
+
+
+def _expect_digests(out: list[Any]) -> None:
+    """Each hash is a whole digest: bytes, at least 16 of them."""
+    wrong = [x for x in out if not isinstance(x, bytes)]
+    if wrong and isinstance(wrong[0], str):
+        raise CheckFailed(
+            f"each hash should be bytes, but yours are str ({_shown(wrong[0])}): return "
+            ".digest() (32 bytes), not .hexdigest() (its text)."
+        )
+    if wrong:
+        raise CheckFailed(
+            f"each hash should be bytes (a hashlib digest), got {type(wrong[0]).__name__} "
+            f"values: {_shown(out)}. Use hashlib.sha256(...).digest(), never hash()."
+        )
+    short = next((x for x in out if len(x) < 16), None)
+    if short is not None:
+        raise CheckFailed(
+            f"each hash should be a whole digest, but yours are {len(short)} bytes "
+            f"({_shown(short)}): keep all 32 bytes of hashlib.sha256(...).digest() (never "
+            "truncate it, and never use Python's hash(), 8 bytes that change between "
+            f"processes). With {8 * len(short)} bits, two of the blocks a server caches over "
+            "its life will collide, and a hit would read another prompt's K/V."
+        )
+
+
+_WORK_SIZES = (256, 4096)  # tokens, in blocks of 4: 64 and 1,024 blocks
+
+
+def _one_hash_per_block(fn: Callable[..., Any]) -> None:
+    """The work per block (Python lines run, plus the token ids read from the list) must not
+    grow with the prompt: each block is hashed once, its parent's digest standing for all
+    that came before it."""
+    per_block = []
+    for n in _WORK_SIZES:
+        meter = Meter()
+        tokens = CountingList(range(n))
+        tokens._meter, tokens._name = meter, "token_ids"
+        line = f"chained_hashes(list(range({n})), 4)"
+        lines = count_lines_executed(lambda t=tokens, d=line: call(d, fn, t, 4))
+        per_block.append((lines + meter.total) / (n // 4))
+    small, large = per_block
+    if large > 2.5 * small + 10:
+        raise CheckFailed(
+            f"hashing {_WORK_SIZES[0]} tokens cost {small:,.0f} per block (Python lines run plus "
+            f"token ids read), but {_WORK_SIZES[1]:,} tokens cost {large:,.0f} per block: your "
+            "work per block grows with the prompt, as if each block re-hashed (or re-read) "
+            "everything before it. Hash each block once: sha256(parent + that block's "
+            "encoding), where the parent's digest already names the whole prefix."
+        )
 
 
 _COLLISIONS = [
@@ -129,7 +215,15 @@ def _random_collisions(h: Callable[..., list[bytes]]) -> None:
 def _same_in_other_processes(fn: Callable[..., list[bytes]]) -> None:
     """Re-run the learner's function in fresh processes with other PYTHONHASHSEEDs."""
     cases = [[list(range(8)), 4, "tenant-a"], [[5, 6, 7, 8], 2, None]]
-    here = [[x.hex() for x in fn(list(t), size, salt=salt)] for t, size, salt in cases]
+    here = [
+        [
+            x.hex()
+            for x in call(
+                f"chained_hashes({t}, {size}, salt={salt!r})", fn, list(t), size, salt=salt
+            )
+        ]
+        for t, size, salt in cases
+    ]
     source = _cell_source(fn)
     for seed in ("1", "2"):
         theirs = _run_elsewhere(source, fn.__name__, cases, seed)
@@ -144,19 +238,22 @@ def _same_in_other_processes(fn: Callable[..., list[bytes]]) -> None:
 
 
 def _cell_source(fn: Callable[..., Any]) -> str:
-    filename = fn.__code__.co_filename
-    lines = linecache.getlines(filename)
-    if not lines:
-        raise CheckFailed(
-            f"cannot read the source of {fn.__name__} to run it in another process; define it "
-            "in a notebook cell or a .py file."
-        )
+    """What `parts.save` would keep of `fn`'s cell: its imports and definitions, with the
+    helper functions it calls from other cells (no test lines, no magics)."""
+    from paged_kv.course.parts import _source_of
+
     if fn.__qualname__ != fn.__name__:
         raise CheckFailed(
             f"define {fn.__name__} at the top level of its cell (not inside another function "
             "or class), so the check can run it in another process."
         )
-    return "".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+    try:
+        return _source_of(fn)
+    except (InvalidArgument, SyntaxError):
+        raise CheckFailed(
+            f"cannot read the source of {fn.__name__} to run it in another process; define it "
+            "in a notebook cell or a .py file."
+        ) from None
 
 
 _RUNNER = """
@@ -184,9 +281,15 @@ def _run_elsewhere(source: str, name: str, cases: list, seed: str) -> Any:
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        advice = (
+            f"Define every name {name} needs (imports, constants, helpers) in its own cell, and "
+            "move test lines that use other cells' variables to the cell below."
+            if last.startswith("NameError")
+            else f"Keep {name} and everything it needs (imports, helpers) in one cell."
+        )
         raise CheckFailed(
             f"running your cell again in a fresh Python process (to compare the hashes across "
-            f"processes) failed: {last}. Keep {name} and everything it needs (imports, helpers) "
-            "in one cell."
+            f"processes) failed: {last}. The check runs what parts.save keeps of the cell, its "
+            f"imports and definitions, alone. {advice}"
         )
     return json.loads(done.stdout.strip().splitlines()[-1])

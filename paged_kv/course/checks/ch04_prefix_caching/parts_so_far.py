@@ -7,8 +7,24 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from paged_kv.course.checks.failures import call, exercise, expect, expect_raises, passed
-from paged_kv.errors import OutOfBlocks
+from paged_kv.course.checks.ch04_prefix_caching.chained_hash import (
+    _expect_digests,
+    _expect_signature,
+    _shown,
+)
+from paged_kv.course.checks.failures import (
+    CheckFailed,
+    ExerciseNotDone,
+    call,
+    exercise,
+    expect,
+    expect_raises,
+    learner_error,
+    passed,
+)
+from paged_kv.errors import InvalidArgument, OutOfBlocks
+
+_HOOKS = ("block_hasher", "prefix_lookup", "allocate_table")
 
 
 @exercise(None, "your parts so far")
@@ -26,6 +42,27 @@ def check_prefix_parts(
     hit (under the same eviction policy)."""
     from paged_kv.cache.manager import KVCacheManager
 
+    _expect_signature(block_hasher)
+    sample = call("block_hasher(list(range(10)), 4)", block_hasher, list(range(10)), 4)
+    expect(
+        isinstance(sample, list | tuple) and len(sample) == 2,
+        f"block_hasher(list(range(10)), 4) should return 2 hashes (10 tokens make 2 full "
+        f"blocks of 4; a partial block has no hash), got {_shown(sample)}.",
+    )
+    _expect_digests(list(sample))
+    library = [
+        what
+        for what, mine in (
+            ("BlockPool", pool is None),
+            (f"{eviction!r} policy", isinstance(eviction, str)),
+        )
+        if mine
+    ]
+    if library:
+        print(
+            f"(with the library's {' and '.join(library)}: your chapter 01 pool and chapter 03 "
+            "policy are used here once saved with parts.save)"
+        )
     hooks = {
         "block_hasher": block_hasher,
         "prefix_lookup": prefix_lookup,
@@ -52,7 +89,7 @@ def check_prefix_parts(
         if live and (rng.random() < 0.45 or not ours.can_allocate(len(prompt))):
             seq = live.pop(rng.randrange(len(live)))
             ours.free_sequence(seq)
-            call(f"manager.free_sequence({seq})", theirs.free_sequence, seq)
+            _run(f"manager.free_sequence({seq})", theirs.free_sequence, seq)
             continue
         try:
             ours.add_sequence(i, prompt, salt=salt)
@@ -63,7 +100,7 @@ def check_prefix_parts(
                 f"request {i}: adding a {len(prompt)}-token prompt that does not fit",
             )
             continue
-        call(
+        _run(
             f"manager.add_sequence({i}, <{len(prompt)} tokens>, salt={salt!r})",
             theirs.add_sequence,
             i,
@@ -78,3 +115,25 @@ def check_prefix_parts(
         )
         hit_tokens += ours.num_cached_tokens(i)
     passed(f"your prefix caching: {hit_tokens:,} prompt tokens hit, as the library's")
+
+
+def _run(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`call`, except that the manager's refusal of what one of the parts returned is said as
+    what it is: that part's wrong answer (the library did nothing wrong)."""
+    try:
+        return fn(*args, **kwargs)
+    except (CheckFailed, ExerciseNotDone):
+        raise
+    except InvalidArgument as exc:
+        if str(exc).startswith(_HOOKS):
+            raise CheckFailed(f"{doing}: your {exc}") from None
+        raise learner_error(exc, doing=doing) from None
+    except AttributeError as exc:
+        if "'mappingproxy'" in str(exc):
+            raise CheckFailed(
+                f"{doing}: your prefix_lookup tried to change the index ({exc}): the index is "
+                "read-only; look hashes up (`h in index`, `index.get(h)`), never change it."
+            ) from None
+        raise learner_error(exc, doing=doing) from None
+    except Exception as exc:
+        raise learner_error(exc, doing=doing) from None
