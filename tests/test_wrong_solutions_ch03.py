@@ -8,6 +8,7 @@ from paged_kv.cache.eviction import FIFO, LFU, LRU, AgingLFU, EvictionPolicy
 from paged_kv.course import checks
 from paged_kv.course.checks import CheckFailed
 from paged_kv.course.naive import HeapLFU
+from paged_kv.errors import InvalidBlock
 
 MAX_BUCKET = 255
 
@@ -39,6 +40,8 @@ class BucketLFU(EvictionPolicy):
         self._leave(block)
 
     def evict(self):
+        if not self.nonempty:
+            raise InvalidBlock("nothing is evictable")
         lowest = (self.nonempty & -self.nonempty).bit_length() - 1
         block = next(iter(self.buckets[lowest]))
         self.forget(block)
@@ -170,6 +173,144 @@ class CountResetOnRevive(BucketLFU):
         self.counts[block] = 0
 
 
+class TopBucketOneShort(BucketLFU):
+    """Counts 254 and 255 share a bucket: the top bucket is MAX_BUCKET - 1."""
+
+    def _enter(self, block, count):
+        super()._enter(block, min(count, MAX_BUCKET - 1))
+
+    def _leave(self, block):
+        super()._leave(block)
+
+
+class EvictNothingReturnsNone(BucketLFU):
+    def evict(self):
+        if not self.nonempty:
+            return None
+        return super().evict()
+
+
+class EvictSwallowsErrors(BucketLFU):
+    def evict(self):
+        try:
+            return super().evict()
+        except Exception:
+            return None
+
+
+class ReviveIgnoresStrangers(BucketLFU):
+    def revive(self, block):
+        if block in self.bucket_of:
+            self._leave(block)
+
+
+class SetCountMovesOnlyToAnotherBucket(BucketLFU):
+    def set_count(self, block, count):
+        self.counts[block] = count
+        if block in self.bucket_of and self.bucket_of[block] != min(count, MAX_BUCKET):
+            self._leave(block)
+            self._enter(block, count)
+
+
+class MakeEvictableTwiceMovesIt(BucketLFU):
+    def make_evictable(self, block):
+        if block in self.bucket_of:
+            self._leave(block)
+        super().make_evictable(block)
+
+
+class ContainsForgetsToReturn(BucketLFU):
+    def __contains__(self, block):
+        block in self.bucket_of  # noqa: B015
+
+
+class ScansTheBuckets(BucketLFU):
+    """Walks up the 256 buckets to the lowest non-empty one: constant, but not the bitmask."""
+
+    def evict(self):
+        if not self.nonempty:
+            raise InvalidBlock("nothing is evictable")
+        block = next(iter(next(b for b in self.buckets if b)))
+        self.forget(block)
+        return block
+
+
+class LenSumsTheBuckets(BucketLFU):
+    def __len__(self):
+        return sum(len(bucket) for bucket in self.buckets)
+
+
+class ContainsScansTheBuckets(BucketLFU):
+    def __contains__(self, block):
+        return any(block in bucket for bucket in self.buckets)
+
+
+class MaskNeverCleared(BucketLFU):
+    def _leave(self, block):
+        bucket = self.bucket_of.pop(block)
+        del self.buckets[bucket][block]
+
+
+class MakeEvictableCountsATouch(BucketLFU):
+    def make_evictable(self, block):
+        if block not in self.counts:
+            self.counts[block] = 1
+        super().make_evictable(block)
+
+
+class SetCountIsAStub(BucketLFU):
+    """touch written without set_count, which is left a stub."""
+
+    def set_count(self, block, count):
+        raise NotImplementedError("BucketLFU.set_count: replace this line with your code")
+
+    def touch(self, block):
+        self.counts[block] = self.count(block) + 1
+        if block in self.bucket_of:
+            self._leave(block)
+            self._enter(block, self.counts[block])
+
+
+@pytest.mark.parametrize(
+    ("policy", "mistake"),
+    [
+        (TopBucketOneShort, r"the top bucket is MAX_BUCKET itself"),
+        (EvictNothingReturnsNone, r"`policy.evict\(\)` should raise InvalidBlock .* returned None"),
+        (EvictSwallowsErrors, r"`policy.evict\(\)` should raise InvalidBlock .* returned None"),
+        (ReviveIgnoresStrangers, r"`policy.revive\(9\)` should raise KeyError or InvalidBlock"),
+        (SetCountMovesOnlyToAnotherBucket, r"its bucket does not change"),
+        (MakeEvictableTwiceMovesIt, r"already evictable changes nothing"),
+        (ContainsForgetsToReturn, r"in policy` should be True .*return its answer"),
+        (ScansTheBuckets, r"walks the buckets up to the lowest non-empty one"),
+        (LenSumsTheBuckets, r"`len\(policy\)` ran .* in `LenSumsTheBuckets.__len__`"),
+        (ContainsScansTheBuckets, r"in policy` ran .* in `ContainsScansTheBuckets.__contains__`"),
+        (MaskNeverCleared, r"raised StopIteration while blocks are evictable: the bucket your"),
+        (MakeEvictableCountsATouch, r"should be 0, got 1 .*make_evictable .*not .*touch"),
+    ],
+)
+def test_a_wrong_lfu_that_used_to_pass_fails_naming_its_mistake(policy, mistake):
+    with pytest.raises(CheckFailed, match=mistake) as failure:
+        checks.check_lfu(policy)
+    assert str(failure.value).startswith("Exercise 1 (BucketLFU)")
+
+
+def test_set_count_is_checked_in_exercise_1():
+    with pytest.raises(checks.ExerciseNotDone, match=r"BucketLFU\.set_count"):
+        checks.check_lfu(SetCountIsAStub)
+
+
+def test_passing_an_instance_or_a_non_policy_says_so():
+    with pytest.raises(CheckFailed, match=r"takes the class, not an instance: pass `BucketLFU`"):
+        checks.check_lfu(BucketLFU())
+
+    class NotAPolicy:
+        pass
+
+    for check in (checks.check_lfu, checks.check_aging, checks.check_policy_contract):
+        with pytest.raises(CheckFailed, match=r"`NotAPolicy` has no `touch`"):
+            check(NotAPolicy)
+
+
 @pytest.mark.parametrize(
     ("policy", "mistake"),
     [
@@ -270,6 +411,98 @@ class HalvesPeriodically(BucketLFU):
                 self.set_count(b, self.counts[b] // 2)
 
 
+class DropsTheLeavingTouchFirst(WindowLFU):
+    def touch(self, block):
+        if block not in self.life:
+            self.lives += 1
+            self.life[block] = self.lives
+        self.recent.append((block, self.life[block]))
+        if len(self.recent) > self.window:
+            old, life = self.recent.popleft()
+            if self.life.get(old) == life:
+                self.set_count(old, self.count(old) - 1)
+        BucketLFU.touch(self, block)
+
+
+class LivesNeverDeleted(WindowLFU):
+    """forget marks the life ended (None) instead of deleting it."""
+
+    def touch(self, block):
+        life = self.life.get(block)
+        if life is None:
+            self.lives += 1
+            life = self.life[block] = self.lives
+        BucketLFU.touch(self, block)
+        self.recent.append((block, life))
+        if len(self.recent) > self.window:
+            old, old_life = self.recent.popleft()
+            if self.life.get(old) == old_life and old in self.counts:
+                self.set_count(old, self.count(old) - 1)
+
+    def forget(self, block):
+        BucketLFU.forget(self, block)
+        self.life[block] = None
+
+
+class GenerationCounterPerBlock(WindowLFU):
+    """A life number per block, bumped on forget and never deleted."""
+
+    def touch(self, block):
+        self.life.setdefault(block, 0)
+        BucketLFU.touch(self, block)
+        self.recent.append((block, self.life[block]))
+        if len(self.recent) > self.window:
+            old, life = self.recent.popleft()
+            if self.life.get(old) == life and old in self.counts:
+                self.set_count(old, self.count(old) - 1)
+
+    def forget(self, block):
+        BucketLFU.forget(self, block)
+        self.life[block] = self.life.get(block, 0) + 1
+
+
+class AgesTheCountDictDirectly(WindowLFU):
+    def touch(self, block):
+        if block not in self.life:
+            self.lives += 1
+            self.life[block] = self.lives
+        BucketLFU.touch(self, block)
+        self.recent.append((block, self.life[block]))
+        if len(self.recent) > self.window:
+            old, life = self.recent.popleft()
+            if self.life.get(old) == life:
+                self.counts[old] -= 1
+
+
+class WindowOverAnEvictThatSkipsForget(WindowLFU):
+    """BucketLFU.evict that stops tracking its victim without calling forget."""
+
+    def evict(self):
+        if not self.nonempty:
+            raise InvalidBlock("nothing is evictable")
+        lowest = (self.nonempty & -self.nonempty).bit_length() - 1
+        block = next(iter(self.buckets[lowest]))
+        self._leave(block)
+        self.counts.pop(block, None)
+        return block
+
+
+@pytest.mark.parametrize(
+    ("policy", "mistake"),
+    [
+        (DropsTheLeavingTouchFirst, r"count the new touch before removing the one that leaves"),
+        (LivesNeverDeleted, r"`self.life` grew by 20,000 entries"),
+        (GenerationCounterPerBlock, r"`self.life` grew by 20,000 entries"),
+        (AgesTheCountDictDirectly, r"stayed in its old bucket \(change counts with set_count"),
+        (WindowOverAnEvictThatSkipsForget, r"Your evict\(\) never calls forget\(victim\)"),
+    ],
+)
+def test_a_wrong_aging_that_used_to_pass_or_misled_fails_naming_its_mistake(policy, mistake):
+    with pytest.raises(CheckFailed, match=mistake) as failure:
+        checks.check_aging(policy)
+    assert str(failure.value).startswith("Exercise 2 (WindowLFU)")
+
+
 @pytest.mark.parametrize(
     ("policy", "mistake"),
     [
@@ -328,6 +561,36 @@ class EvictsNothing(LRU):
         super().evict()
 
 
+class EvictReturnsAList(LRU):
+    def evict(self):
+        return [super().evict()]
+
+
+class EvictReturnsATuple(LRU):
+    def evict(self):
+        return super().evict(), "why"
+
+
+class GhostsNeverTrimmed(BucketLFU):
+    """Remembers the count of every evicted block, for ever."""
+
+    def __init__(self):
+        super().__init__()
+        self.ghosts = {}
+
+    def touch(self, block):
+        if block not in self.counts and block in self.ghosts:
+            self.counts[block] = self.ghosts.pop(block)
+        super().touch(block)
+
+    def evict(self):
+        if self.nonempty:
+            lowest = (self.nonempty & -self.nonempty).bit_length() - 1
+            victim = next(iter(self.buckets[lowest]))
+            self.ghosts[victim] = self.count(victim)
+        return super().evict()
+
+
 @pytest.mark.parametrize(
     ("policy", "mistake"),
     [
@@ -336,7 +599,10 @@ class EvictsNothing(LRU):
         (ForgetKeepsTheCandidate, r"`len\(policy\)` should be|not evictable"),
         (EvictKeepsTheVictim, r"`len\(policy\)` should be|not evictable"),
         (EverythingIsIn, r"in policy` should be False"),
-        (EvictsNothing, "returned None, which is not evictable"),
+        (EvictsNothing, "returned None, not a block id"),
+        (EvictReturnsAList, r"returned \[\d+\], not a block id"),
+        (EvictReturnsATuple, r"returned \(\d+, 'why'\), not a block id"),
+        (GhostsNeverTrimmed, r"`self.ghosts` grew by .* ghosts, must be bounded"),
     ],
 )
 def test_a_policy_breaking_the_contract_fails_naming_how(policy, mistake):

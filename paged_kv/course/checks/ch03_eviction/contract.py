@@ -1,16 +1,26 @@
 """Exercise 3 of chapter 03: the learner's own policy keeps the interface's promises (victims
-are evictable blocks, `len` and `in` are exact)."""
+are evictable blocks, `len` and `in` are exact, nothing evictable means InvalidBlock) and its
+memory stays bounded by the cache, not by every block that ever passed through."""
 
 from __future__ import annotations
 
-from paged_kv.course.checks.ch03_eviction.policy_trials import policy_name, policy_ops
+from paged_kv.course.checks.ch03_eviction.constant_work import no_garbage_after_churn
+from paged_kv.course.checks.ch03_eviction.policy_trials import (
+    evict_one,
+    expect_block,
+    policy_name,
+    policy_ops,
+    require_policy_class,
+)
 from paged_kv.course.checks.failures import exercise, passed
 from paged_kv.course.checks.replay import Replay, search
 
 
 @exercise(3, "your own policy")
 def check_policy_contract(policy_cls: type, *, seed: int = 2) -> None:
-    """`policy_cls()` keeps the interface's promises: victims are evictable blocks, sizes add up."""
+    """`policy_cls()` keeps the interface's promises: victims are evictable blocks, sizes add
+    up; and what it remembers does not grow with every block that passed through."""
+    require_policy_class(policy_cls, "check_policy_contract")
     name = policy_name(policy_cls)
 
     def run(ops: list[tuple[str, int]], r: Replay) -> None:
@@ -29,7 +39,8 @@ def check_policy_contract(policy_cls: type, *, seed: int = 2) -> None:
                 r.run(f"policy.forget({b})", policy.forget, b)
                 candidates.discard(b)
             elif op == "evict" and candidates:
-                victim = r.run("policy.evict()", policy.evict)
+                victim = evict_one(r, policy)
+                expect_block(r, victim)
                 if victim not in candidates:
                     r.fail(
                         "victim not evictable",
@@ -64,4 +75,10 @@ def check_policy_contract(policy_cls: type, *, seed: int = 2) -> None:
         keep=0,
         what="check_policy_contract",
     )
-    passed("victims evictable, len and `in` exact, on 200 random trials")
+    no_garbage_after_churn(
+        policy_cls,
+        {},
+        what=" (a history of evicted blocks, such as ghosts, must be bounded: trim it to a "
+        "fixed size, oldest first).",
+    )
+    passed("victims evictable, len and `in` exact, on 200 random trials; bounded memory")
