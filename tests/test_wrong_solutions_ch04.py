@@ -359,9 +359,9 @@ def scans_the_pool(pool, hits, num_blocks):
 @pytest.mark.parametrize(
     ("fn", "mistake"),
     [
-        (shares_before_checking, "Your code shared the hits, then pool.allocate refused"),
-        (shares_then_undoes, "sharing, then undoing, moves the hits"),
-        (forgets_the_revived_hits, r"pool\.num_available \(4\) counts the 1 cached hit"),
+        (shares_before_checking, "shared the hits before pool.allocate refused"),
+        (shares_then_undoes, "^[^\n]*sharing, then undoing, moves the hits"),
+        (forgets_the_revived_hits, r"^[^\n]*pool\.num_available \(4\) counts the 1 cached hit"),
         (allocates_before_sharing, "your allocation evicted them"),
         (wrong_available, r"So OutOfBlocks\(requested=4, available=3\); got requested=5"),
         (fresh_blocks_first, "followed by"),

@@ -87,13 +87,12 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
             err = r.raises(OutOfBlocks, line, fn, pool, given, want_n)
             _expect_hits_kept(r, line, hits, given)
             if _pool_state(pool) != before or policy.calls or evicted:
+                changed = f"the pool's calls to its policy were {policy.calls or 'none'}" + (
+                    f", blocks {evicted} were evicted" if evicted else ""
+                )
                 r.fail(
                     "not all or nothing",
-                    "a refused add must change nothing, not even the eviction policy's order "
-                    f"or counts; the pool's calls to its policy were {policy.calls or 'none'}"
-                    + (f", blocks {evicted} were evicted" if evicted else "")
-                    + ". "
-                    + _refusal_advice(err, policy.calls, hits, extra, available, revived),
+                    _refusal_message(err, policy.calls, hits, extra, available, revived, changed),
                 )
             if (err.requested, err.available) != (extra, available):
                 why = (
@@ -191,27 +190,34 @@ def _raised_by_pool_allocate(err: BaseException) -> bool:
     )
 
 
-def _refusal_advice(
-    err: BaseException, calls: list[str], hits: list[int], fresh: int, available: int, cached: int
+def _refusal_message(
+    err: BaseException,
+    calls: list[str],
+    hits: list[int],
+    fresh: int,
+    available: int,
+    cached: int,
+    changed: str,
 ) -> str:
     """Why a refused add changed the pool, from where the refusal came from."""
     undone = any(c.startswith("make_evictable") for c in calls)
     if _raised_by_pool_allocate(err) and not undone:
         counted = (
-            f" and pool.num_available ({available + cached}) counts the {cached} cached "
-            f"hit(s) among {hits}, which stop being evictable once shared: only {available} "
-            "can be had (subtract the hits whose pool.ref_count(b) is 0)"
+            f"pool.num_available ({available + cached}) counts the {cached} cached hit(s) "
+            f"among {hits}, but a hit stops being evictable once shared, so only {available} "
+            f"block(s) can be had and {fresh} fresh ones do not fit; your code"
             if cached
-            else ""
+            else f"{fresh} fresh blocks do not fit ({available} can be had), but your code"
         )
         return (
-            f"Your code shared the hits, then pool.allocate refused the {fresh} fresh blocks: "
-            f"decide before taking any reference. {fresh} fresh blocks do not fit{counted}; "
-            "raise OutOfBlocks before pool.share"
+            f"{counted} shared the hits before pool.allocate refused, and a refused add must "
+            f"change nothing ({changed}). Subtract the cached hits (pool.ref_count(b) == 0) "
+            "from pool.num_available, and raise OutOfBlocks before pool.share"
         )
     return (
-        "Check that the fresh blocks fit before taking any reference (sharing, then undoing, "
-        "moves the hits in the policy's order)"
+        "a refused add must change nothing, not even the eviction policy's order or counts; "
+        f"{changed}. Check that the fresh blocks fit before taking any reference (sharing, "
+        "then undoing, moves the hits in the policy's order)"
     )
 
 
@@ -306,12 +312,8 @@ def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]
         err = r.raises(OutOfBlocks, "allocate_table(pool, [0], 5)", fn, pool, given, 5)
         _expect_hits_kept(r, "allocate_table(pool, [0], 5)", [0], given)
         if policy.calls or pool.ref_count(0) != 0 or pool.num_free != 2:
-            r.fail(
-                "not all or nothing",
-                "a refused add must change nothing, not even the eviction policy's order or "
-                f"counts, but the pool made these calls to its policy: {policy.calls}. "
-                + _refusal_advice(err, policy.calls, [0], 4, 3, 1),
-            )
+            changed = f"the pool made these calls to its policy: {policy.calls}"
+            r.fail("not all or nothing", _refusal_message(err, policy.calls, [0], 4, 3, 1, changed))
         if (err.requested, err.available) != (4, 3):
             r.fail(
                 "OutOfBlocks fields",
