@@ -64,9 +64,9 @@ def check_prefix_parts(
             "policy are used here once saved with parts.save)"
         )
     hooks = {
-        "block_hasher": block_hasher,
-        "prefix_lookup": prefix_lookup,
-        "allocate_table": allocate_table,
+        "block_hasher": _returns_a_list("block_hasher", "a list of bytes hashes", block_hasher),
+        "prefix_lookup": _returns_a_list("prefix_lookup", "a list of block ids", prefix_lookup),
+        "allocate_table": _returns_a_list("allocate_table", "the block table", allocate_table),
     }
     if pool is not None:
         hooks["pool"] = pool
@@ -115,6 +115,18 @@ def check_prefix_parts(
         )
         hit_tokens += ours.num_cached_tokens(i)
     passed(f"your prefix caching: {hit_tokens:,} prompt tokens hit, as the library's")
+
+
+def _returns_a_list(name: str, what: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, whose answer must be a list (or tuple): anything else is named as that part's."""
+
+    def part(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if not isinstance(out, list | tuple):
+            raise CheckFailed(f"your {name} returned {_shown(out)}; it must return {what}.")
+        return out
+
+    return part
 
 
 def _run(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
