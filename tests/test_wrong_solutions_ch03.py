@@ -309,6 +309,10 @@ def test_passing_an_instance_or_a_non_policy_says_so():
     for check in (checks.check_lfu, checks.check_aging, checks.check_policy_contract):
         with pytest.raises(CheckFailed, match=r"`NotAPolicy` has no `touch`"):
             check(NotAPolicy)
+    with pytest.raises(CheckFailed, match=r"takes your policy's class .*not 'lru'"):
+        checks.check_policy_contract("lru")
+    with pytest.raises(CheckFailed, match=r"did you pass BucketLFU instead of WindowLFU"):
+        checks.check_aging(BucketLFU)
 
 
 @pytest.mark.parametrize(

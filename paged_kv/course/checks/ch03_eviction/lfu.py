@@ -227,7 +227,7 @@ def _refused(
 @exercise(2, "WindowLFU")
 def check_aging(aging_cls: type, *, seed: int = 1) -> None:
     """`aging_cls(window=w)` evicts like `paged_kv.cache.eviction.AgingLFU(window=w)`."""
-    require_policy_class(aging_cls, "check_aging", counts=True)
+    require_policy_class(aging_cls, "check_aging", counts=True, window=True)
     name = policy_name(aging_cls)
 
     def scenario(r: Replay) -> None:

@@ -5,6 +5,7 @@ policy.
 
 from __future__ import annotations
 
+import inspect
 import random
 from typing import Any
 
@@ -19,14 +20,20 @@ def policy_name(cls: Any) -> str:
     return getattr(getattr(cls, "func", cls), "__name__", "Policy")
 
 
-def require_policy_class(cls: Any, check: str, *, counts: bool = False) -> None:
+def require_policy_class(
+    cls: Any, check: str, *, counts: bool = False, window: bool = False
+) -> None:
     """`cls` is a class (or a factory) of policies with the calls the pool makes; else say
     what was passed instead, before anything runs."""
-    if isinstance(cls, EvictionPolicy) or not callable(cls):
+    if isinstance(cls, EvictionPolicy) or (not callable(cls) and hasattr(cls, "evict")):
         kind = type(cls).__name__
         raise CheckFailed(
-            f"`checks.{check}` takes the class, not an instance: pass `{kind}`, not `{kind}()` "
-            f"(it got {short_repr(cls, 60)})"
+            f"`checks.{check}` takes the class, not an instance: pass `{kind}`, not `{kind}()`"
+        )
+    if not callable(cls):
+        raise CheckFailed(
+            f"`checks.{check}` takes your policy's class (such as `BucketLFU`), not "
+            f"{short_repr(cls, 60)}"
         )
     target = getattr(cls, "func", cls)
     if not isinstance(target, type):
@@ -40,6 +47,17 @@ def require_policy_class(cls: Any, check: str, *, counts: bool = False) -> None:
             + ", ".join(f"`{m}`" for m in needed)
             + " (subclass the exercise's BucketLFU or `EvictionPolicy`, and pass that class)"
         )
+    if window and getattr(cls, "func", None) is None:
+        try:
+            inspect.signature(target).bind(window=2)
+        except TypeError:
+            raise CheckFailed(
+                f"`{target.__name__}(window=2)` cannot be called: `checks.{check}` takes a class "
+                f"whose __init__ takes the window, `def __init__(self, window: int = 4096)` (did "
+                "you pass BucketLFU instead of WindowLFU, or name the argument otherwise?)"
+            ) from None
+        except ValueError:
+            pass
 
 
 def expect_block(r: Replay, victim: Any) -> None:
