@@ -64,7 +64,8 @@ def check_policy_contract(policy_cls: type, *, seed: int = 2) -> None:
                     r.fail(
                         "in",
                         f"`{x} in policy` should be {x in candidates} (evictable: "
-                        f"{sorted(candidates)}), got {inside}",
+                        f"{sorted(candidates)}), got {inside}"
+                        + (" (does `__contains__` return its answer?)" if not inside else ""),
                     )
 
     search(
