@@ -293,6 +293,7 @@ def test_the_ghost_stays_within_history_times_the_blocks_tracked():
         ({"history": math.nan}, "history must be >= 0"),
         ({"window": 0}, "window must be > 0"),
         ({"horizon": -2.0}, "horizon must be > 0"),
+        ({"horizon": 0}, "horizon must be > 0"),
         ({"horizon": math.nan}, "horizon must be > 0"),
         ({"max_bucket": 0}, "max_bucket"),
     ],
@@ -329,3 +330,94 @@ def test_a_comeback_gives_t1_room_only_from_among_its_last_window_evictions(evic
         assert policy.evict() == b  # from T1, oldest first
     policy.touch(0)  # 2 blocks tracked: the window is the last 0.5 x 2 evictions from T1
     assert policy._recency.p == p
+
+
+def lead(policy: Duel, expert: str) -> None:
+    """Hand the choice of victims to one expert, as if its shadow had been hitting more."""
+    frequency, recency = policy._shadows
+    frequency.score, recency.score = (1.0, 0.0) if expert == "frequency" else (0.0, 1.0)
+    assert policy.leader() == expert
+
+
+def fresh(policy: Duel, blocks: range) -> None:
+    for b in blocks:
+        policy.touch(b)
+        policy.make_evictable(b)
+
+
+@pytest.mark.parametrize("expert", ["frequency", "recency"])
+def test_neither_expert_names_a_block_in_use_or_forgotten(expert):
+    policy = Duel()
+    fresh(policy, range(4))  # 0 is the oldest of both experts' orders
+    policy.revive(0)
+    policy.forget(1)
+    lead(policy, expert)
+    assert policy.evict() == 2
+
+
+def test_evict_with_no_candidates_names_the_policy():
+    with pytest.raises(InvalidBlock, match="duel: no evictable block"):
+        Duel().evict()
+
+
+@pytest.mark.parametrize("older, newer, victim", [(256, 255, "older"), (255, 254, "newer")])
+def test_counts_above_255_share_the_top_bucket(older, newer, victim):
+    # 256 and 255 tie in the top bucket (the older candidate goes); 254 sits below 255.
+    policy = Duel()
+    for block, times in ((0, older), (1, newer)):
+        for _ in range(times):
+            policy.touch(block)
+        policy.make_evictable(block)
+    lead(policy, "frequency")
+    assert policy.evict() == (0 if victim == "older" else 1)
+
+
+@pytest.mark.parametrize("blocks, back_to_t2", [(6, True), (7, False)])
+def test_the_recency_expert_remembers_half_as_far_back_as_the_ghost(blocks, back_to_t2):
+    # One block tracked at a time (each new one evicts the last): block 0 comes back after
+    # blocks - 2 later evictions. The ghost (4 x 2 keys) still holds its count; the recency
+    # expert remembers only the last 4 / 2 x 2 = 4 evictions.
+    policy = Duel(history=4.0)
+    for b in range(blocks):
+        fresh(policy, range(b, b + 1))
+        if len(policy) > 1:
+            assert policy.evict() == b - 1
+    policy.touch(0)
+    assert policy.count(0) == 2
+    assert policy._recency._in_t2[0] is back_to_t2
+
+
+def test_a_comeback_from_t2_takes_one_from_t1s_target():
+    policy = Duel()
+    policy._recency.p = 2.0
+    policy.touch(0)
+    policy.touch(0)  # seen again: T2
+    policy.make_evictable(0)
+    lead(policy, "recency")
+    assert policy.evict() == 0  # T1 is empty: T2 gives the victim
+    policy.touch(0)
+    assert policy._recency.p == 1.0
+
+
+def test_t1_gives_the_victim_only_while_it_holds_more_than_its_target():
+    policy = Duel()
+    policy.touch(0)
+    policy.touch(0)
+    policy.make_evictable(0)  # T2: [0]
+    fresh(policy, range(1, 2))  # T1: [1]
+    lead(policy, "recency")
+    policy._recency.p = 1.0  # T1 holds exactly its target
+    assert policy.evict() == 0
+    policy._recency.p = 0.0  # now more than its target
+    fresh(policy, range(2, 3))
+    assert policy.evict() == 1
+
+
+def test_t1s_target_never_exceeds_the_blocks_tracked():
+    policy = Duel(window=10.0)
+    fresh(policy, range(2))
+    lead(policy, "recency")
+    assert policy.evict() == 0
+    policy._recency.p = 2.0  # 1 tracked, and the comeback makes 2: the cap
+    policy.touch(0)
+    assert policy._recency.p == 2.0

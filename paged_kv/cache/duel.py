@@ -157,7 +157,6 @@ class Duel(EvictionPolicy):
             raise InvalidArgument(f"horizon must be > 0 (in cache sizes), got {horizon!r}.")
         self.history, self.window, self.horizon = history, window, horizon
         self._frequency = _Counts(max_bucket)
-        self.max_bucket = self._frequency.max_bucket
         self._recency = _Recency(window)
         self._shadows = (
             _Shadow(_Counts(max_bucket), history),
