@@ -4,6 +4,7 @@
 learner might. The messages must name the mistake, and a stub must read "not done yet".
 """
 
+import re
 from collections import Counter
 
 import pytest
@@ -30,6 +31,8 @@ class FreeListPool:
         return len(self.free_ids)
 
     def ref_count(self, block_id):
+        if not 0 <= block_id < self.num_blocks:
+            raise InvalidBlock(f"block {block_id} is not in this pool")
         return self.ref[block_id]
 
     def allocate(self, n=1):
@@ -424,3 +427,156 @@ def test_wrong_free_pages_fail_naming_their_mistake(pool, mistake):
     with pytest.raises(CheckFailed, match=mistake) as failure:
         checks.check_free_pages(pool)
     assert str(failure.value).startswith("Exercise 3 (free_pages)")
+
+
+# -- a learner walkthrough's wrong answers that used to pass, or failed with the wrong cause ---
+
+
+class CountsTheFreeBlocks(FreeListPool):
+    @property
+    def num_free(self):
+        return sum(1 for r in self.ref if r == 0)
+
+
+class TakesThenRaisesWithNoneLeft(FreeListPool):
+    def allocate(self, n=1):
+        ids = []
+        for _ in range(n):
+            if not self.free_ids:
+                raise OutOfBlocks("short", requested=n, available=0)
+            ids.append(self.free_ids.pop())
+        for b in ids:
+            self.ref[b] = 1
+        return ids
+
+
+class CatchesThePopError(FreeListPool):
+    def allocate(self, n=1):
+        try:
+            ids = [self.free_ids.pop() for _ in range(n)]
+        except IndexError:
+            raise OutOfBlocks("short", requested=n, available=len(self.free_ids)) from None
+        for b in ids:
+            self.ref[b] = 1
+        return ids
+
+
+class RefCountUnchecked(FreeListPool):
+    def ref_count(self, block_id):
+        return self.ref[block_id]
+
+
+class RefCountZeroOnError(FreeListPool):
+    def ref_count(self, block_id):
+        try:
+            return self.ref[block_id]
+        except Exception:
+            return 0
+
+
+class ReleaseSortsTheIds(FreeListPool):
+    def release(self, block_ids):
+        block_ids.sort()
+        return super().release(block_ids)
+
+
+class ShareSortsTheIds(FreeListPool):
+    def share(self, block_ids):
+        block_ids.sort()
+        super().share(block_ids)
+
+
+class ReleaseClearsTheIds(FreeListPool):
+    def release(self, block_ids):
+        freed = super().release(block_ids)
+        block_ids.clear()
+        return freed
+
+
+class ForgetsTheFreeList(FreeListPool):
+    def release(self, block_ids):
+        freed = super().release(block_ids)
+        for b in freed:
+            self.free_ids.remove(b)
+        return freed
+
+
+class ShareTakesNegativeIds(FreeListPool):
+    def share(self, block_ids):
+        for b in block_ids:
+            if b >= self.num_blocks or self.ref[b] == 0:
+                raise InvalidBlock("not in use")
+        for b in block_ids:
+            self.ref[b] += 1
+
+
+class PagesBackwards(FreeListPool):
+    def free_pages(self):
+        return super().free_pages()[::-1]
+
+
+class SearchesTheFreeListPerBlock(FreeListPool):
+    def free_pages(self):
+        per = self.blocks_per_page
+        if per is None:
+            return []
+        pages = range(self.num_blocks // per)
+        return [p for p in pages if all(b in self.free_ids for b in range(p * per, (p + 1) * per))]
+
+
+@pytest.mark.parametrize(
+    ("pool", "check", "mistake"),
+    [
+        (
+            CountsTheFreeBlocks,
+            checks.check_constant_time_allocate,
+            r"pool\.num_free.*must not count",
+        ),
+        (TakesThenRaisesWithNoneLeft, checks.check_allocate, "took blocks first.*all or nothing"),
+        (CatchesThePopError, checks.check_allocate, "took blocks first.*all or nothing"),
+        (
+            RefCountUnchecked,
+            checks.check_release,
+            r"ref_count\(-1\)` should raise InvalidBlock \(-1 is not a block id",
+        ),
+        (RefCountZeroOnError, checks.check_release, r"ref_count\(-1\)` should raise InvalidBlock"),
+        (
+            ReleaseSortsTheIds,
+            checks.check_release,
+            r"release\(\[.*changed the list of ids it was given",
+        ),
+        (
+            ShareSortsTheIds,
+            checks.check_release,
+            r"share\(\[.*changed the list of ids it was given",
+        ),
+        (
+            ReleaseClearsTheIds,
+            checks.check_release,
+            r"release\(\[.*changed the list of ids it was given",
+        ),
+        (ForgetsTheFreeList, checks.check_release, "free again: back on the free list"),
+        (
+            ShareTakesNegativeIds,
+            checks.check_release,
+            r"share\(\[.*-1\]\)` should raise InvalidBlock \(-1 is not a block id: ids are 0\.\.",
+        ),
+        (PagesBackwards, checks.check_free_pages, r"\(in increasing order\), got \[1, 0\]"),
+        (
+            SearchesTheFreeListPerBlock,
+            checks.check_free_pages,
+            r"`in` on `self\.free_ids`.*search a list for each block",
+        ),
+    ],
+)
+def test_a_walkthrough_mistake_is_named(pool, check, mistake):
+    with pytest.raises(CheckFailed, match=mistake) as failure:
+        check(pool)
+    first = str(failure.value).splitlines()[0]
+    assert re.search(mistake, first), first  # the cause is on the message's first line
+    assert "Traceback" not in str(failure.value)
+
+
+def test_exercise_2_blames_a_scanning_allocate_on_exercise_1():
+    with pytest.raises(CheckFailed, match=r"fills its pools with your allocate \(exercise 1"):
+        checks.check_constant_time_release(MinAndRemove)

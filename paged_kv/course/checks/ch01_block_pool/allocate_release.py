@@ -9,8 +9,11 @@ from paged_kv.course.checks.ch01_block_pool.pool_trials import (
     expect_out_of_blocks,
     expect_read,
     expect_refs,
+    not_an_id,
     pool_name,
     pool_ops,
+    raises_batch,
+    run_batch,
     run_pool_ops,
 )
 from paged_kv.course.checks.failures import exercise, passed
@@ -67,8 +70,20 @@ def check_release(pool_cls: type, *, seed: int = 0) -> None:
         pool = r.run(f"pool = {name}(4, 16)", pool_cls, 4, 16)
         a, b = r.run("a, b = pool.allocate(2)", pool.allocate, 2)
         r.lines[-1] = f"a, b = pool.allocate(2)  # returned {[a, b]}"
-        returned = [(r.run(f"pool.release([{a}])", pool.release, [a]), [a], [a])]
-        r.raises(
+        for bad in (-1, 4) if hasattr(pool, "ref_count") else ():
+            r.raises(
+                InvalidBlock, f"pool.ref_count({bad})", pool.ref_count, bad, why=not_an_id(bad, 4)
+            )
+        returned = [(run_batch(r, f"pool.release([{a}])", pool.release, [a]), [a], [a])]
+        expect_read(
+            r,
+            "pool.num_free",
+            lambda: pool.num_free,
+            3,
+            f"block {a} lost its last reference, so it is free again: back on the free list",
+        )
+        raises_batch(
+            r,
             InvalidBlock,
             f"pool.release([{a}])",
             pool.release,
@@ -79,21 +94,23 @@ def check_release(pool_cls: type, *, seed: int = 0) -> None:
             r, "pool.num_free", lambda: pool.num_free, 3, "a refused release changes nothing"
         )
         a = r.run("a = pool.allocate(1)[0]", lambda: pool.allocate(1)[0])
-        r.run(f"pool.share([{a}])", pool.share, [a])
+        run_batch(r, f"pool.share([{a}])", pool.share, [a])
         expect_refs(r, pool, [a], 2, "share adds one reference")
-        returned.append((r.run(f"pool.release([{a}])", pool.release, [a]), [a], []))
+        returned.append((run_batch(r, f"pool.release([{a}])", pool.release, [a]), [a], []))
         expect_refs(r, pool, [a], 1, "a block whose references remain stays in use")
         expect_read(r, "pool.num_free", lambda: pool.num_free, 2, "blocks a and b are still in use")
-        returned.append((r.run(f"pool.release([{a}])", pool.release, [a]), [a], [a]))
+        returned.append((run_batch(r, f"pool.release([{a}])", pool.release, [a]), [a], [a]))
         expect_read(r, "pool.num_free", lambda: pool.num_free, 3, "block a lost its last reference")
-        r.raises(
+        raises_batch(
+            r,
             InvalidBlock,
             f"pool.release([{a}])",
             pool.release,
             [a],
             why=f"block {a} was released twice: a double free",
         )
-        r.raises(
+        raises_batch(
+            r,
             InvalidBlock,
             f"pool.release([{b}, {b}])",
             pool.release,
@@ -101,22 +118,44 @@ def check_release(pool_cls: type, *, seed: int = 0) -> None:
             why=f"block {b} has one reference, released twice in one call",
         )
         expect_refs(r, pool, [b], 1, "a refused release changes nothing, not even for the first id")
-        r.raises(InvalidBlock, f"pool.release([{b}, -1])", pool.release, [b, -1])
-        expect_refs(r, pool, [b], 1, "block ids are 0..num_blocks-1; -1 is not one of them")
-        r.raises(InvalidBlock, "pool.release([99])", pool.release, [99])
-        r.raises(InvalidBlock, f"pool.share([{b}, {a}])", pool.share, [b, a])
+        raises_batch(
+            r, InvalidBlock, f"pool.release([{b}, -1])", pool.release, [b, -1], not_an_id(-1, 4)
+        )
+        expect_refs(r, pool, [b], 1, "a refused release changes nothing")
+        raises_batch(r, InvalidBlock, "pool.release([99])", pool.release, [99], not_an_id(99, 4))
+        raises_batch(
+            r,
+            InvalidBlock,
+            f"pool.share([{b}, {a}])",
+            pool.share,
+            [b, a],
+            why=f"block {a} is free: allocate it before sharing",
+        )
         expect_refs(r, pool, [b], 1, f"sharing free block {a} is refused, and nothing changes")
-        r.raises(InvalidBlock, f"pool.share([{b}, -1])", pool.share, [b, -1])
+        raises_batch(
+            r, InvalidBlock, f"pool.share([{b}, -1])", pool.share, [b, -1], not_an_id(-1, 4)
+        )
         expect_refs(r, pool, [b], 1, "a refused share changes nothing")
-        r.run(f"pool.share([{b}, {b}])", pool.share, [b, b])
+        run_batch(r, f"pool.share([{b}, {b}])", pool.share, [b, b])
         expect_refs(r, pool, [b], 3, "each id in the batch adds one reference")
         returned.append(
-            (r.run(f"pool.release([{b}, {b}, {b}])", pool.release, [b, b, b]), [b, b, b], [b])
+            (
+                run_batch(r, f"pool.release([{b}, {b}, {b}])", pool.release, [b, b, b]),
+                [b, b, b],
+                [b],
+            )
         )
         for freed, batch, want in returned:
             expect_freed(r, batch, freed, want)
-        again = r.run("pool.allocate(4)", pool.allocate, 4)
+        again = r.run("again = pool.allocate(4)", pool.allocate, 4)
         expect_fresh_ids(r, again, 4, 4, set(), "allocate(4) on an empty pool")
+        backwards = sorted(again, reverse=True)
+        run_batch(r, f"pool.share({backwards})", pool.share, backwards)
+        expect_refs(r, pool, backwards, 2, "share adds one reference to each block")
+        freed = run_batch(r, f"pool.release({backwards})", pool.release, backwards)
+        expect_freed(r, backwards, freed, [])
+        freed = run_batch(r, f"pool.release({backwards})", pool.release, backwards)
+        expect_freed(r, backwards, freed, sorted(backwards))
 
     fixed("Every step of the check", scenario, Replay())
     search(

@@ -6,8 +6,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from paged_kv.course.checks.ch01_block_pool.pool_trials import expect_read, pool_name
-from paged_kv.course.checks.failures import CheckFailed, exercise, passed
+from paged_kv.course.checks.ch01_block_pool.pool_trials import expect_read, pool_name, run_batch
+from paged_kv.course.checks.cost import Meter, count_lines_executed, describe_touches, instrument
+from paged_kv.course.checks.failures import CheckFailed, call, exercise, passed
 from paged_kv.course.checks.replay import Replay, fixed, search
 from paged_kv.errors import InvalidArgument
 
@@ -29,8 +30,8 @@ def check_free_pages(pool_cls: type, *, seed: int = 0) -> None:
             [1 - page],
             f"block {a[0]} is in use, so its page {page} is not free",
         )
-        r.run(f"pool.share({a})", pool.share, a)
-        r.run(f"pool.release({a})", pool.release, a)
+        run_batch(r, f"pool.share({a})", pool.share, a)
+        run_batch(r, f"pool.release({a})", pool.release, a)
         expect_read(
             r,
             "pool.free_pages()",
@@ -38,7 +39,7 @@ def check_free_pages(pool_cls: type, *, seed: int = 0) -> None:
             [1 - page],
             f"block {a[0]} still has a reference",
         )
-        r.run(f"pool.release({a})", pool.release, a)
+        run_batch(r, f"pool.release({a})", pool.release, a)
         expect_read(r, "pool.free_pages()", pool.free_pages, [0, 1], "every block is free again")
         try:
             plain = pool_cls(8, 16)
@@ -50,7 +51,33 @@ def check_free_pages(pool_cls: type, *, seed: int = 0) -> None:
     fixed("Every step of the check", scenario, Replay())
     _partial_last_page(pool_cls, name)
     search(_run_pages(pool_cls), _page_ops, trials=150, seed=seed, what="check_free_pages", keep=2)
-    passed("free pages right on 150 random pools")
+    _looks_at_each_block_once(pool_cls, name)
+    passed("free pages right on 150 random pools, looking at each block at most once")
+
+
+_PER_BLOCK = 10  # Python lines plus container entries touched, per block of the pool
+
+
+def _looks_at_each_block_once(pool_cls: type, name: str, size: int = 2_000) -> None:
+    """free_pages may look at every block (O(blocks)), but not search a list for each one
+    (O(blocks x free blocks)): its work is counted, never timed."""
+    pool = call(
+        f"pool = {name}({size}, 16, blocks_per_page=4)", pool_cls, size, 16, blocks_per_page=4
+    )
+    call(f"pool.allocate({size // 2})", pool.allocate, size // 2)
+    meter = Meter()
+    instrument(pool, meter, "self")
+    lines = count_lines_executed(lambda: call("pool.free_pages()", pool.free_pages))
+    cost = lines + meter.total
+    if cost > _PER_BLOCK * size + 100:
+        raise CheckFailed(
+            f"free_pages() cost {cost:,} units of work (Python lines run plus container "
+            f"entries touched) in a {size:,}-block pool with {size // 2:,} blocks in use, "
+            f"more than {_PER_BLOCK} per block"
+            + (f", mostly by {describe_touches(meter, 1)}" if meter.total > lines else "")
+            + ": it may look at each block once, but never search a list for each block "
+            "(that is O(blocks x free blocks)); read the reference counts instead."
+        )
 
 
 def _partial_last_page(pool_cls: type, name: str) -> None:
@@ -79,9 +106,8 @@ def _partial_last_page(pool_cls: type, name: str) -> None:
         )
         held = r.run("held = pool.allocate(10)", pool.allocate, 10)
         tail = [b for b in held if b >= 8]
-        r.run(
-            f"pool.release({[b for b in held if b < 8]})", pool.release, [b for b in held if b < 8]
-        )
+        head = [b for b in held if b < 8]
+        run_batch(r, f"pool.release({head})", pool.release, head)
         expect_read(
             r,
             "pool.free_pages()",
@@ -124,7 +150,7 @@ def _run_pages(pool_cls: type) -> Callable[[list[Any], Replay], None]:
                 batch = rng.sample(held, rng.randint(1, len(held)))
                 for b in batch:
                     held.remove(b)
-                r.run(f"pool.release({batch})", pool.release, batch)
+                run_batch(r, f"pool.release({batch})", pool.release, batch)
             busy = {b // per_page for b in held}
             want = [p for p in range(pages) if p not in busy]
             got = r.run("pool.free_pages()", pool.free_pages)

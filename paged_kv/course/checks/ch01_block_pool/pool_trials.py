@@ -22,8 +22,10 @@ def pool_name(pool_cls: Any) -> str:
 
 def expect_read(r: Replay, line: str, get: Callable[[], Any], want: Any, why: str) -> None:
     got = r.read(line, get)
-    if isinstance(want, list) and not isinstance(got, list) and _sorted(got) == want:
-        why = "return a list, in increasing order"
+    if isinstance(want, list) and got != want and _sorted(got) == want:
+        why = (
+            "in increasing order" if isinstance(got, list) else "return a list, in increasing order"
+        )
     if got != want:
         r.fail(f"{line}: {got!r}", f"`{line}` should be {want!r} ({why}), got {got!r}")
 
@@ -65,7 +67,17 @@ def expect_refs(r: Replay, pool: Any, ids: list[int], want: int, why: str) -> No
 def expect_out_of_blocks(
     r: Replay, pool: Any, line: str, action: Callable[[], Any], requested: int, available: int
 ) -> None:
+    """`action` must raise OutOfBlocks having taken nothing (`available` blocks were free before
+    it, and still are), with the fields requested=`requested`, available=`available`."""
     err = r.raises(OutOfBlocks, line, action)
+    left = r.read("pool.num_free", lambda: pool.num_free)
+    if left != available:
+        r.fail(
+            "refused allocate took blocks",
+            f"`{line}` raised OutOfBlocks but took blocks first: num_free was {available} "
+            f"before the call and is {left} after it. A refused allocate must change nothing "
+            "(all or nothing): compare n with the free count before taking the first block",
+        )
     if (err.requested, err.available) != (requested, available):
         r.fail(
             "OutOfBlocks fields",
@@ -73,6 +85,46 @@ def expect_out_of_blocks(
             f"{err.available}); it should say requested={requested}, available={available} "
             "(available: the blocks that are free now, so the caller knows how short it is)",
         )
+
+
+def run_batch(r: Replay, line: str, fn: Callable[[list[int]], Any], batch: list[int]) -> Any:
+    """`fn(copy of batch)`, recorded as `line`; the call must leave the list as it was given."""
+    given = list(batch)
+    result = r.run(line, fn, given)
+    expect_batch_kept(r, line, batch, given)
+    return result
+
+
+def raises_batch(
+    r: Replay,
+    error: type[Exception],
+    line: str,
+    fn: Callable[..., Any],
+    batch: list[int],
+    why: str = "",
+) -> Exception:
+    """`fn(copy of batch)` must raise `error`, leaving the list as it was given."""
+    given = list(batch)
+    err = r.raises(error, line, fn, given, why=why)
+    expect_batch_kept(r, line, batch, given)
+    return err
+
+
+def expect_batch_kept(r: Replay, line: str, batch: list[int], given: list[int]) -> None:
+    if given != batch:
+        r.fail(
+            "changed the ids given",
+            f"`{line}` changed the list of ids it was given (it was {batch}, it is {given} "
+            "after the call): the list is the caller's (a block table it keeps using); read "
+            "it, never sort, clear or change it",
+        )
+
+
+def not_an_id(block_id: Any, num_blocks: int) -> str:
+    """Why `block_id` is refused, in words."""
+    return f"{block_id} is not a block id: ids are 0..{num_blocks - 1}" + (
+        "; Python's list[-1] would quietly read the last block" if block_id < 0 else ""
+    )
 
 
 def pool_ops(*, with_release: bool) -> Callable[[random.Random], list[Any]]:
@@ -118,10 +170,10 @@ def run_pool_ops(pool_cls: type, *, with_release: bool) -> Callable[[list[Any], 
                 batch = [rng.choice(held) for _ in range(rng.randint(1, 3))]
                 lib = [mine_to_ours[b] for b in batch]
                 if kind == "share":
-                    r.run(f"pool.share({batch})", pool.share, batch)
+                    run_batch(r, f"pool.share({batch})", pool.share, batch)
                     ours.share(lib)
                 elif all(batch.count(b) <= ours.ref_count(mine_to_ours[b]) for b in set(batch)):
-                    freed = r.run(f"pool.release({batch})", pool.release, batch)
+                    freed = run_batch(r, f"pool.release({batch})", pool.release, batch)
                     lib_freed = ours.release(lib)
                     want = sorted(b for b in set(batch) if mine_to_ours[b] in lib_freed)
                     for b in want:
@@ -129,9 +181,18 @@ def run_pool_ops(pool_cls: type, *, with_release: bool) -> Callable[[list[Any], 
                     _compare_state(r, pool, ours, mine_to_ours, n)
                     expect_freed(r, batch, freed, want)
                 else:
-                    r.raises(
-                        InvalidBlock, f"pool.release({batch})", pool.release, batch
-                    )  # more releases than references: a double free
+                    twice = next(
+                        b for b in batch if batch.count(b) > ours.ref_count(mine_to_ours[b])
+                    )
+                    raises_batch(
+                        r,
+                        InvalidBlock,
+                        f"pool.release({batch})",
+                        pool.release,
+                        batch,
+                        why=f"block {twice} is released more often than it is referenced: "
+                        "a double free",
+                    )
             elif kind == "bad" and rng is not None:
                 free = [b for b in range(n) if b not in mine_to_ours]
                 choices = [-1, n, n + 3]
@@ -141,7 +202,15 @@ def run_pool_ops(pool_cls: type, *, with_release: bool) -> Callable[[list[Any], 
                 action = rng.choice(["share", "release"])
                 extra = [rng.choice(held)] if held and rng.random() < 0.5 else []
                 batch = [*extra, bad]
-                r.raises(InvalidBlock, f"pool.{action}({batch})", getattr(pool, action), batch)
+                why = (
+                    not_an_id(bad, n)
+                    if not 0 <= bad < n
+                    else f"block {bad} is free: it has no reference to "
+                    + ("share" if action == "share" else "release")
+                )
+                raises_batch(
+                    r, InvalidBlock, f"pool.{action}({batch})", getattr(pool, action), batch, why
+                )
             else:
                 continue
             _compare_state(r, pool, ours, mine_to_ours, n)
