@@ -135,6 +135,19 @@ class HandsOutItsOwnTable(SequenceManager):
         return self.tables[seq_id]
 
 
+class HandsOutItsOwnBlockTable(SequenceManager):
+    def block_table(self, seq_id):
+        self._known(seq_id)
+        return self.tables[seq_id]
+
+
+class ClearsThePrompt(SequenceManager):
+    def add_sequence(self, seq_id, token_ids):
+        table = super().add_sequence(seq_id, token_ids)
+        token_ids.clear()
+        return table
+
+
 class KeyErrorForUnknownIds(SequenceManager):
     def _known(self, seq_id):
         self.tables[seq_id]
@@ -152,12 +165,18 @@ class AcceptsEmptyPrompts(SequenceManager):
 @pytest.mark.parametrize(
     ("manager", "mistake"),
     [
-        (RecordsBeforeAllocating, r"block_table\('c'\)` should raise UnknownSequence"),
+        (
+            RecordsBeforeAllocating,
+            r"block_table\('c'\)` should raise UnknownSequence, but it returned \[\]: "
+            "a refused add must not record the sequence",
+        ),
         (AllocatesBeforeTheDuplicateCheck, "check the id before taking blocks"),
         (OneBlockTooMany, "take 2 blocks|need 2 blocks"),
         (FreesTheHeadFirst, "last block first"),
         (ForgetsToForget, r"free_sequence\('a'\)` should raise UnknownSequence"),
-        (HandsOutItsOwnTable, "must return a copy"),
+        (HandsOutItsOwnTable, "add_sequence must return a copy"),
+        (HandsOutItsOwnBlockTable, "block_table must return a copy: the caller changed your table"),
+        (ClearsThePrompt, "add_sequence changed the token_ids list it was given"),
         (KeyErrorForUnknownIds, "should raise UnknownSequence, but it raised KeyError"),
         (AcceptsEmptyPrompts, r"add_sequence\('e', \[\]\)` should raise InvalidArgument"),
     ],
@@ -226,9 +245,30 @@ class AppendsToUnknownIds(SequenceManager):
         return super().append_tokens(seq_id, token_ids)
 
 
+class ChecksTheIdOnlyWhenThereIsWork(SequenceManager):
+    def append_tokens(self, seq_id, token_ids):
+        if not token_ids:
+            return []
+        return super().append_tokens(seq_id, token_ids)
+
+
+class ClearsTheTokens(SequenceManager):
+    def append_tokens(self, seq_id, token_ids):
+        new = super().append_tokens(seq_id, token_ids)
+        token_ids.clear()
+        return new
+
+
 @pytest.mark.parametrize(
     ("manager", "mistake"),
     [
+        (
+            ChecksTheIdOnlyWhenThereIsWork,
+            r"append_tokens\('zz', \[\]\)` should raise UnknownSequence \(an unknown id is "
+            "refused even with nothing to append",
+        ),
+        (ClearsTheTokens, "append_tokens changed the token_ids list it was given"),
+        (HandsOutItsOwnBlockTable, "block_table must return a copy: the caller changed your table"),
         (AllocatesOnEveryAppend, "a new block only when the last one is full"),
         (OneTokenEarly, "a new block only when the last one is full"),
         (AtMostOneBlock, r"should add 2 block\(s\)"),
@@ -302,9 +342,33 @@ def negative_start(self, seq_id, start, end):
     return [table[t // size] * size + t % size for t in range(start, end)]
 
 
+@_slots
+def zero_end_as_no_end(self, seq_id, start, end):
+    length = self.num_tokens(seq_id)
+    end = end or length
+    if not 0 <= start <= end <= length:
+        raise InvalidArgument("range")
+    table, size = self.tables[seq_id], self.block_size
+    return [table[t // size] * size + t % size for t in range(start, end)]
+
+
+class RoundsDown(SequenceManager):
+    def add_sequence(self, seq_id, token_ids):
+        if seq_id in self.tables:
+            raise DuplicateSequence(seq_id)
+        if not token_ids:
+            raise InvalidArgument("empty")
+        table = self.pool.allocate(len(token_ids) // self.block_size)
+        self.tables[seq_id], self.lengths[seq_id] = table, len(token_ids)
+        return list(table)
+
+
 @pytest.mark.parametrize(
     ("manager", "mistake"),
     [
+        (zero_end_as_no_end, "end=0 was treated as no end"),
+        (RoundsDown, r"block\(s\) for \d+ tokens, but blocks of \d+ need \d+ \(round up"),
+        (HandsOutItsOwnBlockTable, "block_table must return a copy: the caller changed your table"),
         (logical_positions, r"table\[t // block_size\]"),
         (the_tables_capacity, "not the table's capacity"),
         (no_range_check, "should raise InvalidArgument"),
@@ -331,9 +395,33 @@ class PoolSharingEverything(BlockPool):
         return [0 if b == 1 else b for b in ids]
 
 
+class PoolReusingBlocks(BlockPool):
+    """A chapter-01 pool that hands a block of one sequence to the next."""
+
+    def allocate(self, n=1):
+        return [b % 2 for b in super().allocate(n)]
+
+
+@_slots
+def swapped_index_and_offset(self, seq_id, start, end):
+    length = self.num_tokens(seq_id)
+    end = length if end is None else end
+    table, size = self.tables[seq_id], self.block_size
+    return [
+        table[t % size if t % size < len(table) else 0] * size + t // size
+        for t in range(start, end)
+    ]
+
+
 def test_parts_so_far_catch_a_shared_slot_and_a_stub():
-    with pytest.raises(CheckFailed, match="belongs to both"):
+    with pytest.raises(CheckFailed, match="two tokens of sequence 'a' map to the same slot 0: its"):
         checks.check_parts_so_far(SequenceManager, PoolSharingEverything)
+    with pytest.raises(CheckFailed, match="slot 0 belongs to both 'a' and 'b'"):
+        checks.check_parts_so_far(SequenceManager, PoolReusingBlocks)
+    with pytest.raises(CheckFailed, match="two tokens of sequence 'a' map to the same slot"):
+        checks.check_parts_so_far(swapped_index_and_offset, BlockPool)
+    with pytest.raises(CheckFailed, match=r"1 block\(s\) for 6 tokens, but blocks of 4 need 2"):
+        checks.check_parts_so_far(RoundsDown, BlockPool)
 
     class StubPool(BlockPool):
         def allocate(self, n=1):
@@ -341,3 +429,10 @@ def test_parts_so_far_catch_a_shared_slot_and_a_stub():
 
     with pytest.raises(ExerciseNotDone, match=r"`FreeListPool\.allocate` still has its stub"):
         checks.check_parts_so_far(SequenceManager, functools.partial(StubPool))
+
+
+def test_parts_so_far_says_the_pool_is_the_librarys(capsys):
+    checks.check_parts_so_far(SequenceManager, BlockPool)
+    assert (
+        "your manager on the library's BlockPool (no pool of yours saved" in capsys.readouterr().out
+    )

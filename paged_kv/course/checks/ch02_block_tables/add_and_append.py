@@ -10,12 +10,15 @@ from typing import Any
 from paged_kv.course.checks.ch02_block_tables.manager_trials import (
     RecordingPool,
     expect_append,
+    expect_copy,
+    expect_not_recorded,
     expect_table,
     expect_unchanged,
     fail_unless,
     manager_name,
     manager_ops,
     run_manager,
+    run_with_tokens,
 )
 from paged_kv.course.checks.failures import exercise, passed
 from paged_kv.course.checks.replay import Replay, fixed, search
@@ -32,8 +35,10 @@ def check_add_and_free(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> N
         pool = RecordingPool(6, 4)
         r.note("pool = BlockPool(6, 4)  # 6 blocks of 4 tokens")
         m = r.run(f"manager = {name}(pool)", manager_cls, pool)
-        table = r.run(
+        table = run_with_tokens(
+            r,
             "manager.add_sequence('a', [11, 12, 13, 14, 15, 16])",
+            "add_sequence",
             m.add_sequence,
             "a",
             [11, 12, 13, 14, 15, 16],
@@ -54,9 +59,10 @@ def check_add_and_free(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> N
                 r,
                 99 not in got,
                 "copy",
-                "block_table / add_sequence must return a copy: "
-                "appending to the returned list changed the manager's table",
+                "add_sequence must return a copy: the caller changed your table (appending "
+                "99 to the list it returned changed the manager's table); return list(table)",
             )
+        expect_copy(r, m, "a")
         b = r.run("manager.add_sequence('b', list(range(8)))", m.add_sequence, "b", list(range(8)))
         expect_table(r, m, pool, "b", b, 8, set(m.block_table("a")))
         free_before = pool.num_free
@@ -76,7 +82,7 @@ def check_add_and_free(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> N
             list(range(9)),
         )
         expect_unchanged(r, pool, free_before, "a refused add changes nothing")
-        r.raises(UnknownSequence, "manager.block_table('c')", m.block_table, "c")
+        expect_not_recorded(r, "manager.block_table('c')", m.block_table, "c")
         if (err.requested, err.available) != (3, 2):
             r.fail(
                 "OutOfBlocks fields",
@@ -84,7 +90,7 @@ def check_add_and_free(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> N
                 f"(9 tokens need 3 blocks, 2 are free), it says requested={err.requested}, "
                 f"available={err.available}",
             )
-        a_table = m.block_table("a")
+        a_table = list(m.block_table("a"))
         pool.released.clear()
         r.run("manager.free_sequence('a')", m.free_sequence, "a")
         fail_unless(
@@ -127,9 +133,10 @@ def check_append(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
         pool = RecordingPool(5, 4)
         r.note("pool = BlockPool(5, 4)")
         m = r.run(f"manager = {name}(pool)", manager_cls, pool)
-        before = r.run(
+        r.run(
             "manager.add_sequence('a', [1, 2, 3, 4, 5, 6])", m.add_sequence, "a", [1, 2, 3, 4, 5, 6]
         )
+        expect_copy(r, m, "a")
         for tokens, want, n in [
             ([7], 0, 7),
             ([8], 0, 8),
@@ -137,10 +144,11 @@ def check_append(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
             ([], 0, 9),
             ([10, 11, 12, 13, 14, 15, 16, 17], 2, 17),
         ]:
-            before = r.read("manager.block_table('a')", m.block_table, "a")
-            new = r.run(f"manager.append_tokens('a', {tokens})", m.append_tokens, "a", tokens)
+            before = list(r.read("manager.block_table('a')", m.block_table, "a"))
+            line = f"manager.append_tokens('a', {tokens})"
+            new = run_with_tokens(r, line, "append_tokens", m.append_tokens, "a", tokens)
             expect_append(r, m, pool, "a", before, new, want, n)
-        before = m.block_table("a")
+        before = list(m.block_table("a"))
         free = pool.num_free
         err = r.raises(
             OutOfBlocks,
@@ -168,6 +176,14 @@ def check_append(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
             f"available=0); got requested={err.requested}, available={err.available}",
         )
         r.raises(UnknownSequence, "manager.append_tokens('zz', [1])", m.append_tokens, "zz", [1])
+        r.raises(
+            UnknownSequence,
+            "manager.append_tokens('zz', [])",
+            m.append_tokens,
+            "zz",
+            [],
+            why="an unknown id is refused even with nothing to append: check the id first",
+        )
 
     fixed("Every step of the check", scenario, Replay())
     search(

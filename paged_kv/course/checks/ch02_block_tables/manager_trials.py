@@ -11,7 +11,8 @@ from typing import Any
 
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.block_table import blocks_needed as reference_blocks_needed
-from paged_kv.course.checks.replay import Replay
+from paged_kv.course.checks.failures import short_repr
+from paged_kv.course.checks.replay import Failure, Replay
 from paged_kv.errors import OutOfBlocks, UnknownSequence
 
 
@@ -46,6 +47,72 @@ def expect_unchanged(r: Replay, pool: BlockPool, free_before: int, why: str) -> 
         f"{why}; the pool had "
         f"{free_before} free blocks before that line and has {pool.num_free} now",
     )
+
+
+def run_with_tokens(
+    r: Replay, line: str, method: str, fn: Callable[..., Any], seq: str, tokens: list
+) -> Any:
+    """`line`, which calls `manager.<method>(seq, tokens)`, run on a copy of `tokens` that it
+    must leave as it was (the caller keeps using its list; the check goes on with `tokens`)."""
+    given = list(tokens)
+    out = r.run(line, fn, seq, given)
+    fail_unless(
+        r,
+        given == tokens,
+        f"{method} changed the token_ids",
+        f"{method} changed the token_ids list it was given: after `{line}` the list is "
+        f"{short_repr(given, 80)}. The list is the caller's, who keeps using it; read it "
+        "(len(token_ids)), never change it",
+    )
+    return out
+
+
+def expect_not_recorded(r: Replay, line: str, fn: Callable[..., Any], seq: str) -> None:
+    """`line` (a read of `seq`, whose add was refused) raises UnknownSequence."""
+    try:
+        r.raises(UnknownSequence, line, fn, seq)
+    except Failure as failure:
+        if "no UnknownSequence" not in failure.cause:
+            raise
+        raise Failure(
+            failure.cause,
+            f"{failure.message}: a refused add must not record the sequence (record it only "
+            "once the pool has given its blocks)",
+        ) from None
+
+
+def expect_copy(r: Replay, m: Any, seq: str) -> None:
+    """`block_table(seq)` returns a copy: changing it leaves the manager's table as it was."""
+    got = r.read(f"manager.block_table({seq!r})", m.block_table, seq)
+    if not isinstance(got, list):
+        return  # the type is named where the table is compared
+    before = list(got)
+    got.append(99)
+    r.note(f"manager.block_table({seq!r}).append(99)  # the caller's copy: yours must not change")
+    after = r.read(f"manager.block_table({seq!r})", m.block_table, seq)
+    fail_unless(
+        r,
+        list(after) == before,
+        "block_table not a copy",
+        "block_table must return a copy: the caller changed your table (appending 99 to what "
+        f"`manager.block_table({seq!r})` returned made the manager's table {list(after)}); "
+        "return list(table)",
+    )
+
+
+def expect_enough_blocks(r: Replay, m: Any, seq: str, n: int, size: int) -> list[int]:
+    """The table of `seq` (returned) has a block for each of its `n` tokens."""
+    table = r.read(f"manager.block_table({seq!r})", m.block_table, seq)
+    need = reference_blocks_needed(n, size)
+    fail_unless(
+        r,
+        len(table) >= need,
+        "too few blocks",
+        f"the table of {seq!r} is {table}: {len(table)} block(s) for {n} tokens, but blocks of "
+        f"{size} need {need} (round up: a partly filled block is still a block), so some "
+        "tokens have no slot",
+    )
+    return table
 
 
 def expect_table(
@@ -119,7 +186,7 @@ def run_manager(manager_cls: Callable[[Any], Any], *, appends: bool) -> Any:
                 line = f"manager.add_sequence({seq!r}, list(range({k})))"
                 if not ours.can_allocate(k):
                     err = r.raises(OutOfBlocks, line, m.add_sequence, seq, list(range(k)))
-                    r.raises(UnknownSequence, f"manager.num_tokens({seq!r})", m.num_tokens, seq)
+                    expect_not_recorded(r, f"manager.num_tokens({seq!r})", m.num_tokens, seq)
                     want = (reference_blocks_needed(k, size), ours.pool.num_free)
                     fail_unless(
                         r,
@@ -130,7 +197,9 @@ def run_manager(manager_cls: Callable[[Any], Any], *, appends: bool) -> Any:
                         f"{err.available}",
                     )
                 else:
-                    table = r.run(line, m.add_sequence, seq, list(range(k)))
+                    table = run_with_tokens(
+                        r, line, "add_sequence", m.add_sequence, seq, list(range(k))
+                    )
                     others = {b for s in live for b in m.block_table(s)}
                     expect_table(r, m, pool, seq, table, k, others)
                     ours.add_sequence(seq, list(range(k)))
@@ -141,7 +210,7 @@ def run_manager(manager_cls: Callable[[Any], Any], *, appends: bool) -> Any:
                 seq = live[int(pick * len(live))]
                 tokens = list(range(k % 7))
                 line = f"manager.append_tokens({seq!r}, {tokens})"
-                before = m.block_table(seq)
+                before = list(m.block_table(seq))
                 if not ours.can_append(seq, len(tokens)):
                     r.raises(OutOfBlocks, line, m.append_tokens, seq, tokens)
                     after = r.read(f"manager.block_table({seq!r})", m.block_table, seq)
@@ -157,12 +226,12 @@ def run_manager(manager_cls: Callable[[Any], Any], *, appends: bool) -> Any:
                         "extending the table",
                     )
                 else:
-                    new = r.run(line, m.append_tokens, seq, tokens)
+                    new = run_with_tokens(r, line, "append_tokens", m.append_tokens, seq, tokens)
                     want = ours.append_tokens(seq, tokens)
                     expect_append(r, m, pool, seq, before, new, len(want), ours.num_tokens(seq))
             elif kind == "free":
                 seq = live.pop(int(pick * len(live)))
-                table = m.block_table(seq)
+                table = list(m.block_table(seq))
                 pool.released.clear()
                 r.run(f"manager.free_sequence({seq!r})", m.free_sequence, seq)
                 ours.free_sequence(seq)

@@ -3,11 +3,17 @@ serves a decode workload without two sequences ever sharing a slot."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from paged_kv.course.checks.ch02_block_tables.manager_trials import fail_unless, manager_name
-from paged_kv.course.checks.failures import exercise, passed
+from paged_kv.cache.block_pool import BlockPool
+from paged_kv.course.checks.ch02_block_tables.manager_trials import (
+    expect_enough_blocks,
+    fail_unless,
+    manager_name,
+)
+from paged_kv.course.checks.failures import exercise, passed, short_repr
 from paged_kv.course.checks.replay import Replay, fixed
 
 
@@ -48,6 +54,7 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
             op.apply(ours)
             seen: dict[int, str] = {}
             for seq in ours.sequence_ids:
+                table = expect_enough_blocks(r, m, seq, ours.num_tokens(seq), 4)
                 slots = r.read(f"manager.slot_mapping({seq!r})", m.slot_mapping, seq)
                 fail_unless(
                     r,
@@ -55,6 +62,7 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
                     "slot count",
                     f"{seq!r} has {ours.num_tokens(seq)} tokens but {len(slots)} slots",
                 )
+                _one_slot_per_token(r, seq, list(table), list(slots))
                 for slot in slots:
                     fail_unless(
                         r,
@@ -74,4 +82,24 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
             )
 
     fixed("Every step of the check", scenario, Replay())
+    if pool_cls is BlockPool:
+        pool_name = "the library's BlockPool (no pool of yours saved with parts.save in chapter 01)"
     passed(f"your manager on {pool_name}: {len(ops)} operations, no slot shared")
+
+
+def _one_slot_per_token(r: Replay, seq: str, table: list[int], slots: list[int]) -> None:
+    """No two tokens of `seq` share a slot; if two do, say whether its table holds a block
+    twice or the slots are computed wrong."""
+    taken = [slot for slot, count in Counter(slots).items() if count > 1]
+    if not taken:
+        return
+    twice = [b for b, count in Counter(table).items() if count > 1]
+    why = (
+        f"its table {table} holds block {twice[0]} twice (did the pool hand it out twice?)"
+        if twice
+        else f"`manager.slot_mapping({seq!r})` is {short_repr(slots, 120)}, but token t is at "
+        "offset t % block_size of block table[t // block_size]"
+    )
+    r.fail(
+        "slot taken twice", f"two tokens of sequence {seq!r} map to the same slot {taken[0]}: {why}"
+    )

@@ -9,7 +9,11 @@ from typing import Any
 
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.block_table import slot_mapping as reference_slot_mapping
-from paged_kv.course.checks.ch02_block_tables.manager_trials import manager_name
+from paged_kv.course.checks.ch02_block_tables.manager_trials import (
+    expect_copy,
+    expect_enough_blocks,
+    manager_name,
+)
 from paged_kv.course.checks.failures import exercise, passed
 from paged_kv.course.checks.replay import Replay, fixed
 from paged_kv.errors import InvalidArgument, UnknownSequence
@@ -35,10 +39,13 @@ def check_manager_slots(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> 
                 f"manager.add_sequence('a', list(range({n})))", m.add_sequence, "a", list(range(n))
             )
             r.run("manager.free_sequence('other')", m.free_sequence, "other")
-            table = r.read("manager.block_table('a')", m.block_table, "a")
+            table = list(expect_enough_blocks(r, m, "a", n, size))
+            expect_copy(r, m, "a")
             want = reference_slot_mapping(table, size, 0, n)
             got = r.read("manager.slot_mapping('a')", m.slot_mapping, "a")
             _slots(r, "manager.slot_mapping('a')", got, want, table, size, (0, n, n))
+            got = r.run("manager.slot_mapping('a', 0, 0)", m.slot_mapping, "a", 0, 0)
+            _slots(r, "manager.slot_mapping('a', 0, 0)", got, [], table, size, (0, 0, n))
             start = rng.randint(0, n)
             end = rng.randint(start, n)
             got = r.read(
@@ -66,7 +73,7 @@ def _slots(
     got = list(got) if isinstance(got, list | tuple | range) else got
     if got == want:
         return
-    start, end, _ = span
+    start, end, n = span
 
     def slots(a: int, b: int) -> list[int]:
         return [table[t // size] * size + t % size for t in range(a, min(b, len(table) * size))]
@@ -74,6 +81,11 @@ def _slots(
     hint = "token t is at offset t % block_size of physical block table[t // block_size]"
     if got == slots(start, len(table) * size) and "," not in line:  # the default end
         hint = "by default `end` is the sequence's length, not the table's capacity"
+    elif end == 0 and got == slots(start, n):
+        hint = (
+            "end=0 was treated as no end: only None means the sequence's length, and "
+            "`end or n` mistakes 0 for None; write `n if end is None else end`"
+        )
     elif got == slots(start, end + 1):
         hint = "`end` is exclusive: tokens start..end-1"
     r.fail(
