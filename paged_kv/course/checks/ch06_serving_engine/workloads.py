@@ -59,13 +59,26 @@ def workload(scheduler_cls: type[Scheduler], seed: int) -> tuple[Engine, list[li
     return engine, prompts
 
 
-def _engine_trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any], list[list[int]]]:
-    """Serve workload `seed`; return what every step computed and preempted, and the tokens."""
+def _engine_trace(
+    scheduler_cls: type[Scheduler], seed: int, what: str = ""
+) -> tuple[list[Any], list[list[int]]]:
+    """Serve workload `seed`; return what every step computed and preempted, and the tokens.
+    A step over its token budget fails at once, unless it is one request alone (`what` names
+    the learner's part for that message)."""
     engine, prompts = workload(scheduler_cls, seed)
     ids = [engine.add_request(p, SamplingParams(6)) for p in prompts]
+    budget = engine.scheduler.max_batch_tokens
     steps: list[Any] = []
     while engine.has_unfinished() and len(steps) < 500:
         plan = call(f"step {len(steps)} of workload {seed}", engine.step)
+        expect(
+            plan.num_tokens <= budget or len(plan.chunks) == 1,
+            f"workload {seed}, step {len(steps)}: your {what or 'scheduler'} made the step "
+            f"compute {plan.num_tokens} tokens ({plan.describe()}) with a budget of {budget}: "
+            "price an admission against plan.budget_left, which subtracts every chunk planned "
+            "so far, the running requests' decodes too; only a request alone in an empty step "
+            "may exceed the budget." + _replay_hint(scheduler_cls.__name__, seed, len(steps) + 1),
+        )
         computed = [(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]
         steps.append((computed, [(p.request_id, p.num_tokens) for p in plan.preempted]))
     return steps, [engine.requests[i].output for i in ids]
@@ -74,6 +87,7 @@ def _engine_trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any],
 def _replay_hint(name: str, seed: int, steps: int) -> str:
     return (
         "\nReplay it:\n"
+        "    from paged_kv.serving.scheduler import SamplingParams\n"
         "    from paged_kv.course.checks.ch06_serving_engine.workloads import workload\n"
         f"    engine, prompts = workload({name}, seed={seed})\n"
         "    for p in prompts:\n"
@@ -91,7 +105,7 @@ def _library_trace(seed: int) -> tuple[list[Any], list[list[int]]]:
 def compare_traces(scheduler_cls: type[Scheduler], what: str) -> None:
     name = scheduler_cls.__name__
     for seed in range(6):
-        theirs, their_tokens = _engine_trace(scheduler_cls, seed)
+        theirs, their_tokens = _engine_trace(scheduler_cls, seed, what)
         ours, our_tokens = _library_trace(seed)
         for step, (mine, want) in enumerate(zip(theirs, ours, strict=False)):
             expect(
