@@ -149,7 +149,9 @@ def load_all() -> dict[str, tuple[Any, str]]:
         if obj is None:
             found[name] = (
                 None,
-                f"not saved yet (run {part.notebook} to its end); the library's is used",
+                f"not saved yet (chapter {part.chapter}'s exercise notebook, "
+                f"{Path(part.notebook).name}, saves it when run to its end, if you did that "
+                "chapter); the library's is used",
             )
         else:
             found[name] = (obj, f"yours, from {_shown(parts_dir() / (name + '.py'))}")
