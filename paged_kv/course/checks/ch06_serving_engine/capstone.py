@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import random
+from pathlib import Path
 from typing import Any
 
 from paged_kv.cache.manager import KVCacheManager
@@ -171,7 +172,8 @@ def _swap_each(
             part = saved.PARTS[name]
             causes.append(
                 f"With the library's {name} instead of {part.what}, the engine serves every "
-                f"token right: {part.what} is at fault. Run the checks of {part.notebook} "
+                f"token right: {part.what} is at fault. Run the checks of chapter "
+                f"{part.chapter}'s exercise notebook ({Path(part.notebook).name}) "
                 "again, and look at what they do not try."
             )
     return causes
