@@ -561,6 +561,7 @@ class SearchesTheFreeListPerBlock(FreeListPool):
             checks.check_release,
             r"share\(\[.*-1\]\)` should raise InvalidBlock \(-1 is not a block id: ids are 0\.\.",
         ),
+        (ForgetsTheFreeList, checks.check_free_pages, "a released block goes back on the free"),
         (PagesBackwards, checks.check_free_pages, r"\(in increasing order\), got \[1, 0\]"),
         (
             SearchesTheFreeListPerBlock,

@@ -151,6 +151,14 @@ def _run_pages(pool_cls: type) -> Callable[[list[Any], Replay], None]:
                 for b in batch:
                     held.remove(b)
                 run_batch(r, f"pool.release({batch})", pool.release, batch)
+            free = r.read("pool.num_free", lambda: pool.num_free)
+            if free != n - len(held):
+                r.fail(
+                    "num_free wrong",
+                    f"after the last line, num_free should be {n - len(held)} (the blocks with "
+                    f"no reference), your pool says {free}: a released block goes back on the "
+                    "free list, an allocated one leaves it (exercises 1 and 2)",
+                )
             busy = {b // per_page for b in held}
             want = [p for p in range(pages) if p not in busy]
             got = r.run("pool.free_pages()", pool.free_pages)
