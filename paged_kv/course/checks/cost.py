@@ -20,21 +20,34 @@ import sys
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+_CHECKS = str(Path(__file__).resolve().parent)  # paged_kv/course/checks
 
 
 def count_lines_executed(fn: Callable[[], Any]) -> int:
     """How many Python source lines `fn()` executes (C built-ins count as one line).
 
     The counting containers' own lines are not counted."""
-    count = 0
+    return count_lines_by_function(fn)[0]
+
+
+def count_lines_by_function(fn: Callable[[], Any]) -> tuple[int, Counter[str]]:
+    """`count_lines_executed`, and the lines each function outside the checks ran, by its
+    qualified name: where the work was, for a message that names the learner's method."""
+    total = 0
+    mine: Counter[str] = Counter()
 
     def tracer(frame, event, arg):
-        nonlocal count
-        if frame.f_code.co_filename == __file__:
+        nonlocal total
+        name = frame.f_code.co_filename
+        if name == __file__:
             return None
         if event == "line":
-            count += 1
+            total += 1
+            if not name.startswith(_CHECKS):
+                mine[frame.f_code.co_qualname.replace(".<locals>", "")] += 1
         return tracer
 
     previous = sys.gettrace()
@@ -43,7 +56,7 @@ def count_lines_executed(fn: Callable[[], Any]) -> int:
         fn()
     finally:
         sys.settrace(previous)
-    return count
+    return total, mine
 
 
 class Meter:

@@ -3,16 +3,14 @@ per operation must not grow with the cache, nor garbage pile up; seconds are a b
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from paged_kv.course.checks import cost
 from paged_kv.course.checks.ch03_eviction.policy_trials import policy_name
 from paged_kv.course.checks.cost import (
     Meter,
+    count_lines_by_function,
     count_lines_executed,
     describe_touches,
     grows_in_time,
@@ -21,32 +19,6 @@ from paged_kv.course.checks.cost import (
 from paged_kv.course.checks.failures import CheckFailed, call
 
 _SIZES = (200, 10_000)
-_CHECKS = str(Path(__file__).resolve().parent.parent)  # paged_kv/course/checks
-
-
-def _lines_by_function(fn: Callable[[], Any]) -> tuple[int, Counter[str]]:
-    """Like `count_lines_executed`, with the lines the learner's functions ran, by name."""
-    total = 0
-    mine: Counter[str] = Counter()
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal total
-        name = frame.f_code.co_filename
-        if name == cost.__file__:
-            return None
-        if event == "line":
-            total += 1
-            if not name.startswith(_CHECKS):
-                mine[frame.f_code.co_qualname.replace(".<locals>", "")] += 1
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(previous)
-    return total, mine
 
 
 def _grew_most(small: Counter[str], large: Counter[str]) -> str:
@@ -126,7 +98,7 @@ def expect_constant_work(policy_cls: type, kwargs: Callable[[int], dict]) -> Non
         if n == _SIZES[0]:
             _each_call_is_small(policy, meter)
         meter.reset()
-        lines[n], by_function[n] = _lines_by_function(
+        lines[n], by_function[n] = count_lines_by_function(
             lambda p=policy, n=n: call(
                 f"50 rounds of hit / evict / insert with {n:,} cached blocks", _rounds, p, n, 0
             )
@@ -199,7 +171,7 @@ def _each_call_is_small(policy: Any, meter: Meter) -> None:
         ("-1 in policy", lambda: -1 in policy),
     ):
         meter.reset()
-        lines, mine = _lines_by_function(lambda r=read, e=expression: call(e, r))
+        lines, mine = count_lines_by_function(lambda r=read, e=expression: call(e, r))
         work = lines + meter.total
         if work > 40:
             where = max(mine, key=lambda f: mine[f]).split(".<genexpr>")[0] if mine else ""
@@ -237,7 +209,7 @@ def _lowest_bucket_by_bitmask(policy_cls: type, kwargs: Callable[[int], dict]) -
         meter = Meter()
         policy = _filled(policy_cls, kwargs(2_000), count, meter)
         meter.reset()
-        lines, mine = _lines_by_function(
+        lines, mine = count_lines_by_function(
             lambda p=policy, c=count: call(
                 f"10 evictions from 20 blocks of count {c}",
                 lambda: [p.evict() for _ in range(10)],

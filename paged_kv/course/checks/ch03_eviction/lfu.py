@@ -123,13 +123,18 @@ def check_lfu(lfu_cls: type, *, seed: int = 0) -> None:
             r.fail("set_count", f"policy.count(5) should be 7 after set_count(5, 7), got {count!r}")
         _member(r, policy, 5, False, "set_count changes a count; it makes nothing evictable")
 
-    def capped(r: Replay) -> None:
+    def touched_then_evictable(r: Replay, touches_of: tuple[tuple[int, int], ...]) -> Any:
+        """A new policy whose blocks were each touched so many times, then made evictable."""
         policy = r.run(f"policy = {name}()", lfu_cls)
-        for b, touches in ((5, 300), (6, 260), (7, 270)):
+        for b, touches in touches_of:
             for _ in range(touches):
                 policy.touch(b)
             r.note(f"for _ in range({touches}): policy.touch({b})")
             r.run(f"policy.make_evictable({b})", policy.make_evictable, b)
+        return policy
+
+    def capped(r: Replay) -> None:
+        policy = touched_then_evictable(r, ((5, 300), (6, 260), (7, 270)))
         _victim(
             r,
             policy,
@@ -145,12 +150,7 @@ def check_lfu(lfu_cls: type, *, seed: int = 0) -> None:
             "block 6 was touched: it moves to the recent end of the top bucket, even though its "
             "bucket does not change",
         )
-        policy = r.run(f"policy = {name}()", lfu_cls)
-        for b, touches in ((8, 255), (9, 254)):
-            for _ in range(touches):
-                policy.touch(b)
-            r.note(f"for _ in range({touches}): policy.touch({b})")
-            r.run(f"policy.make_evictable({b})", policy.make_evictable, b)
+        policy = touched_then_evictable(r, ((8, 255), (9, 254)))
         _victim(
             r,
             policy,
