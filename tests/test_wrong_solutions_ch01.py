@@ -438,6 +438,12 @@ class CountsTheFreeBlocks(FreeListPool):
         return sum(1 for r in self.ref if r == 0)
 
 
+class CountsTheFreeBlocksInC(FreeListPool):
+    @property
+    def num_free(self):
+        return self.ref.count(0)  # a scan of every block, hidden in C
+
+
 class TakesThenRaisesWithNoneLeft(FreeListPool):
     def allocate(self, n=1):
         ids = []
@@ -531,6 +537,11 @@ class SearchesTheFreeListPerBlock(FreeListPool):
             CountsTheFreeBlocks,
             checks.check_constant_time_allocate,
             r"pool\.num_free.*must not count",
+        ),
+        (
+            CountsTheFreeBlocksInC,
+            checks.check_constant_time_allocate,
+            r"pool\.num_free.*by \.count\(\) on `self\.ref`.*must not count",
         ),
         (TakesThenRaisesWithNoneLeft, checks.check_allocate, "took blocks first.*all or nothing"),
         (CatchesThePopError, checks.check_allocate, "took blocks first.*all or nothing"),
