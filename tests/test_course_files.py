@@ -83,7 +83,10 @@ def test_outputs_are_kept_small_and_free_of_tracebacks(path):
 
 def test_chapters_are_numbered_in_order():
     names = [p.name for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
-    assert [int(n[:2]) for n in names] == list(range(len(names)))
+    chapters = [int(n[:2]) for n in names if n[2] == "_"]
+    assert chapters == list(range(len(chapters)))
+    appendices = [n for n in names if n[2] != "_"]  # 03b_...: an appendix to chapter 03
+    assert all(n[2].isalpha() and n[3] == "_" and int(n[:2]) in chapters for n in appendices)
 
 
 def test_environment_yml_installs_the_package_with_its_dev_extra():
