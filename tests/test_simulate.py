@@ -32,7 +32,10 @@ def test_synthetic_requests_are_seeded():
 def test_reservations():
     r = Request(100, 30)
     assert next_pow2(130) == 256 and next_pow2(128) == 128
-    assert [reservation(s, r, 2048) for s in ("max", "pow2", "oracle")] == [2048, 256, 130]
+    assert [reservation(s, r, 2048) for s in ("max", "pow2", "oracle")] == [2048, 132, 130]
+    # Orca (Pow2) rounds only the output's room (30 -> 32) and adds the prompt; never past max_len
+    assert reservation("pow2", Request(2000, 40), 2048) == 2048
+    assert reservation("pow2", Request(3, 64), 2048) == 67
 
 
 def test_arena_is_first_fit_and_reuses_gaps():

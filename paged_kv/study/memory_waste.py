@@ -145,8 +145,8 @@ def reservation(scheme: Scheme, request: Request, max_len: int) -> int:
     """Slots a contiguous scheme reserves for `request` when it is admitted."""
     if scheme == "max":
         return max_len
-    if scheme == "pow2":
-        return min(max_len, next_pow2(request.final_len))
+    if scheme == "pow2":  # Orca (Pow2): the prompt, plus the output rounded up to a power of two
+        return min(max_len, request.prompt_len + next_pow2(request.output_len))
     return request.final_len  # oracle
 
 
