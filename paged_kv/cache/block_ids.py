@@ -14,11 +14,12 @@ from paged_kv.validation import as_int
 def check_block_ids(block_ids: Iterable[object], num_blocks: int) -> list[int]:
     """`block_ids` as a list of ids of a pool of `num_blocks`: plain in-range ints at C speed,
     anything else one by one (`InvalidBlock` for an id that is not the pool's)."""
-    ids = list(block_ids)
-    plain = ids and countOf(map(type, ids), int) == len(ids)
-    if plain and min(ids) >= 0 and max(ids) < num_blocks:
-        return cast("list[int]", ids)  # every element is an int: counted just above
-    return [check_block_id(b, num_blocks) for b in ids]
+    given = list(block_ids)
+    if given and countOf(map(type, given), int) == len(given):
+        ids = cast("list[int]", given)  # every element is an int: their types were just counted
+        if min(ids) >= 0 and max(ids) < num_blocks:
+            return ids
+    return [check_block_id(b, num_blocks) for b in given]
 
 
 def check_block_id(block_id: object, num_blocks: int) -> int:

@@ -274,7 +274,9 @@ class RadixCache:
         size = self.block_size
         upper = RadixNode(node.parent, node.tokens[: n * size], node.blocks[:n], node.lock)
         key = tuple(node.tokens[:size])
-        node.parent.children[key] = upper  # type: ignore[union-attr]
+        parent = node.parent
+        assert parent is not None  # only a node below a root holds blocks to split
+        parent.children[key] = upper
         del node.tokens[: n * size], node.blocks[:n]
         node.parent = upper
         upper.children[tuple(node.tokens[:size])] = node
