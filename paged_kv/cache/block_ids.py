@@ -14,7 +14,7 @@ from paged_kv.validation import as_int
 def check_block_ids(block_ids: Iterable[object], num_blocks: int) -> list[int]:
     """`block_ids` as a list of ids of a pool of `num_blocks`: plain in-range ints at C speed,
     anything else one by one (`InvalidBlock` for an id that is not the pool's)."""
-    given = list(block_ids)
+    given = block_ids if type(block_ids) is list else list(block_ids)  # read, never changed
     if given and countOf(map(type, given), int) == len(given):
         ids = cast("list[int]", given)  # every element is an int: their types were just counted
         if min(ids) >= 0 and max(ids) < num_blocks:

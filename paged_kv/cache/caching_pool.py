@@ -183,17 +183,19 @@ class CachingPool:
         first: a double free or foreign id raises `InvalidBlock` and releases nothing.
         """
         ids = check_block_ids(block_ids, self.num_blocks)
-        holders = self._holders
-        if any(holders[b] != UNKEPT for b in ids):  # else the pool below checks them all
-            check_drops(ids, self.ref_count)
-        return self._release(ids, distinct=False)
+        holders, distinct = self._holders, len(set(ids)) == len(ids)
+        if not distinct or any(holders[b] != UNKEPT for b in ids):
+            check_drops(ids, self.ref_count)  # else the pool below checks them all, at once
+        if distinct:
+            return self.release_unchecked(ids)
+        # a block named twice: one at a time, so the answer lists each block where it lost
+        # its last reference
+        return [b for block_id in ids for b in self.release_unchecked([block_id])]
 
     def release_unchecked(self, block_ids: Iterable[int]) -> list[int]:
         """`release` for references the caller is known to hold, each block once (a block
         table the manager built from this pool's ids): this layer checks nothing."""
-        return self._release(list(block_ids), distinct=True)
-
-    def _release(self, ids: list[int], distinct: bool) -> list[int]:
+        ids = block_ids if type(block_ids) is list else list(block_ids)
         holders, make_evictable = self._holders, self.policy.make_evictable
         unkept, cached = [], []
         for block_id in ids:
@@ -205,13 +207,15 @@ class CachingPool:
             if held == 1:
                 make_evictable(block_id)
                 cached.append(block_id)
-        freed = self.base.release(unkept) if unkept else []
+        if not unkept:
+            return cached
+        freed = self.base.release(unkept)
         if not (freed and cached):
             return freed or cached
-        if distinct and ids.index(freed[-1]) < ids.index(cached[0]):
+        if ids.index(freed[-1]) < ids.index(cached[0]):
             return freed + cached  # a table released last block first: the common case
-        last = {block_id: i for i, block_id in enumerate(ids)}  # where each lost its last
-        return sorted(freed + cached, key=last.__getitem__)
+        position = {block_id: i for i, block_id in enumerate(ids)}
+        return sorted(freed + cached, key=position.__getitem__)
 
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
