@@ -165,14 +165,13 @@ class CachingPool:
         holders, revive, touch = self._holders, self.policy.revive, self.policy.touch
         unkept = []
         for block_id in block_ids:
-            held = holders[block_id]
-            if held == UNKEPT:
+            if holders[block_id] == UNKEPT:
                 unkept.append(block_id)
-                continue
-            if not held:
-                revive(block_id)
-            touch(block_id)
-            holders[block_id] = held + 1
+            else:
+                if not holders[block_id]:
+                    revive(block_id)
+                touch(block_id)
+                holders[block_id] += 1
         if unkept:
             self.base.share(unkept)
 
@@ -183,10 +182,10 @@ class CachingPool:
         first: a double free or foreign id raises `InvalidBlock` and releases nothing.
         """
         ids = check_block_ids(block_ids, self.num_blocks)
-        holders, distinct = self._holders, len(set(ids)) == len(ids)
-        if not distinct or any(holders[b] != UNKEPT for b in ids):
-            check_drops(ids, self.ref_count)  # else the pool below checks them all, at once
-        if distinct:
+        if max(map(self._holders.__getitem__, ids), default=UNKEPT) == UNKEPT:
+            return self.base.release(ids)  # nothing kept: the pool below checks and counts all
+        check_drops(ids, self.ref_count)
+        if len(set(ids)) == len(ids):
             return self.release_unchecked(ids)
         # a block named twice: one at a time, so the answer lists each block where it lost
         # its last reference
@@ -199,14 +198,13 @@ class CachingPool:
         holders, make_evictable = self._holders, self.policy.make_evictable
         unkept, cached = [], []
         for block_id in ids:
-            held = holders[block_id]
-            if held == UNKEPT:
+            if holders[block_id] == UNKEPT:
                 unkept.append(block_id)
-                continue
-            holders[block_id] = held - 1
-            if held == 1:
-                make_evictable(block_id)
-                cached.append(block_id)
+            else:
+                holders[block_id] -= 1
+                if not holders[block_id]:
+                    make_evictable(block_id)
+                    cached.append(block_id)
         if not unkept:
             return cached
         freed = self.base.release(unkept)

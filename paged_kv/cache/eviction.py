@@ -290,7 +290,7 @@ def keyed_policy(cls: type[Policy], key_of: KeyOf | None = None, **options: Any)
     policy); nothing sets it afterwards."""
     policy = cls.__new__(cls)
     policy.key_of = key_of
-    policy.__init__(**options)
+    cls.__init__(policy, **options)
     return policy
 
 

@@ -121,9 +121,8 @@ class RefCountPool:
 
     def ref_count(self, block_id: int) -> int:
         """How many holders reference `block_id`."""
-        if type(block_id) is int and 0 <= block_id < self.num_blocks:
-            return self._ref[block_id]  # the caching layer asks this per block it keeps
-        return self._ref[check_block_id(block_id, self.num_blocks)]
+        plain = type(block_id) is int and 0 <= block_id < self.num_blocks  # the common case
+        return self._ref[block_id if plain else check_block_id(block_id, self.num_blocks)]
 
     def free_pages(self) -> list[int]:
         """Pages whose blocks are all free: memory that could be given back. O(pages)."""
