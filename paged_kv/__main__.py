@@ -65,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{c.request_id:>3} {len(c.prompt_ids):>6} {c.num_cached_prompt_tokens:>5} "
             f"{c.num_preemptions:>9}  {question}"
         )
-    print(f"\nfirst completion (untrained model, so noise): {completions[0].text[:40]!r}")
+    first = completions[0].text or ""
+    print(f"\nfirst completion (untrained model, so noise): {first[:40]!r}")
     print(f"\n{args.blocks} blocks of {args.block_size} tokens, {args.eviction} eviction")
     for name, value in engine.stats().summary().items():
         print(f"  {name:<36} {value:>8}")

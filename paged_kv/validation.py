@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from typing import SupportsIndex, cast
 
 from paged_kv.errors import InvalidArgument
 
@@ -16,11 +17,11 @@ def as_int(value: object) -> int | None:
     """`value` as a plain int if it is an integer (not a bool), else None."""
     if type(value) is int:
         return value
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
         return None
     try:
         return operator.index(value)
-    except TypeError:
+    except TypeError:  # e.g. a tensor of floats, or of more than one element
         return None
 
 
@@ -43,18 +44,16 @@ def require_token_ids(
     values: Iterable[object], what: str, vocab_size: int | None = None
 ) -> list[int]:
     """`values` as a list of plain ints, each a token id (>= 0, and < `vocab_size` if given)."""
-    tokens = list(values)
-    if (
-        tokens
-        and set(map(type, tokens)) == {int}  # the common case, checked at C speed
-        and min(tokens) >= 0
-        and (vocab_size is None or max(tokens) < vocab_size)
-    ):
-        return tokens
-    for i, value in enumerate(tokens):
+    given = list(values)
+    if given and set(map(type, given)) == {int}:  # the common case, checked at C speed
+        tokens = cast("list[int]", given)  # every element is an int: its type was just checked
+        if min(tokens) >= 0 and (vocab_size is None or max(tokens) < vocab_size):
+            return tokens
+    tokens = []
+    for value in given:
         token = as_int(value)
         if token is None or token < 0 or (vocab_size is not None and token >= vocab_size):
             allowed = f"ints in 0..{vocab_size - 1}" if vocab_size else "ints >= 0"
             raise InvalidArgument(f"{what} must be token ids ({allowed}); found {value!r}.")
-        tokens[i] = token
+        tokens.append(token)
     return tokens

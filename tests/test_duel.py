@@ -12,7 +12,7 @@ from test_eviction import OPS, run_both
 
 from paged_kv import InvalidArgument, InvalidBlock
 from paged_kv.cache.duel import Duel
-from paged_kv.cache.eviction import make_policy
+from paged_kv.cache.eviction import keyed_policy, make_policy
 from paged_kv.study.trace_replay import replay_trace
 from paged_kv.study.workloads import multi_turn_chat, shared_prefixes, shifting_popularity
 
@@ -262,8 +262,7 @@ def test_revive_keeps_the_block_tracked_and_forget_leaves_no_memory():
 
 def test_the_ghost_is_keyed_by_content_not_block_id():
     content = {1: "system prompt"}
-    policy = Duel()
-    policy.key_of = content.__getitem__
+    policy = keyed_policy(Duel, content.__getitem__)
     for _ in range(3):
         policy.touch(1)
     policy.make_evictable(1)

@@ -200,6 +200,22 @@ def test_aging_lets_a_formerly_hot_block_go_that_plain_lfu_keeps():
     assert kept == {"lfu": True, "lfu-aging": False}
 
 
+def test_a_policy_gets_its_content_key_when_it_is_made():
+    content = {7: "system prompt"}.get
+    for name in POLICIES:
+        assert make_policy(name, key_of=content).content_key(7) == "system prompt", name
+        assert make_policy(name).content_key(7) == 7, name  # no key: the id names the content
+
+    class NoSuperInit(LRU):  # a learner's policy: its __init__ neither takes nor passes a key
+        def __init__(self):
+            self._order = {}
+
+    policy = make_policy(NoSuperInit, key_of=content)
+    assert policy.key_of is content and policy.content_key(7) == "system prompt"
+    made = FIFO()
+    assert make_policy(made, key_of=content) is made and made.key_of is None  # used as made
+
+
 def test_policies_by_name_class_or_instance_and_a_user_policy():
     assert isinstance(make_policy("lfu-aging"), AgingLFU)
     assert isinstance(make_policy(LRU), LRU)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from test_eviction import run_both
 
 from paged_kv import InvalidArgument
-from paged_kv.cache.eviction import LFU, make_policy
+from paged_kv.cache.eviction import LFU, keyed_policy, make_policy
 from paged_kv.cache.history_lfu import HistoryLFU
 from paged_kv.study.trace_replay import replay_trace
 from paged_kv.study.workloads import shared_prefixes
@@ -94,8 +94,7 @@ def test_a_comeback_resumes_its_count_where_plain_lfu_starts_over():
 
 def test_the_ghost_is_keyed_by_content_not_block_id():
     content = {1: "system prompt"}
-    policy = HistoryLFU()
-    policy.key_of = content.__getitem__
+    policy = keyed_policy(HistoryLFU, content.__getitem__)
     for _ in range(3):
         policy.touch(1)
     policy.make_evictable(1)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv.cache.arc import ARC
-from paged_kv.cache.eviction import POLICIES, make_policy
+from paged_kv.cache.eviction import POLICIES, keyed_policy, make_policy
 from paged_kv.cache.s3fifo import S3FIFO
 from paged_kv.cache.tinylfu import FrequencySketch, WTinyLFU, key_hash64
 from paged_kv.study.trace_replay import belady_hits, perfect_lfu_hits, replay_trace
@@ -404,8 +404,7 @@ def test_ghosts_remember_content_not_block_ids():
     """With a content key bound, content evicted from one block and recomputed into another is
     recognised (S3-FIFO sends it to main); an unrelated block reusing the id is not."""
     content = {0: "sys", 1: "a", 2: "b"}
-    policy = S3FIFO(small_ratio=0.5)
-    policy.key_of = content.__getitem__
+    policy = keyed_policy(S3FIFO, content.__getitem__, small_ratio=0.5)
     for b in (0, 1):
         policy.touch(b)
         policy.make_evictable(b)

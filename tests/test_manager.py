@@ -141,3 +141,14 @@ def test_out_of_blocks_message_says_what_to_do():
     m = prepared()
     with pytest.raises(OutOfBlocks, match=r"needs 2 new blocks \(1 more are prefix hits\)"):
         m.add_sequence("c", range(12))  # its first block is a's
+
+
+@pytest.mark.parametrize("index", ["hash", "radix"])
+def test_the_pools_policy_is_made_with_the_prefix_indexs_content_key(index):
+    manager = KVCacheManager(8, 4, eviction="s3fifo", prefix_index=index)
+    table = manager.add_sequence("a", list(range(9)))
+    policy = getattr(manager.pool.policy, "inner", manager.pool.policy)  # radix: LeafFirst's
+    assert policy.key_of is not None and manager.prefix_cache is not None
+    key = manager.prefix_cache.content_key(table[0])
+    assert key is not None and policy.content_key(table[0]) == key
+    assert KVCacheManager(8, 4, prefix_caching=False).pool.policy.key_of is None

@@ -7,10 +7,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from paged_kv import BlockPool, InvalidArgument, InvalidBlock, KVCacheManager
+from paged_kv import BlockPool, InvalidArgument, KVCacheManager
 from paged_kv.cache.arc import ARC
 from paged_kv.cache.block_table import slot_mapping
-from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.cache.radix_cache import RadixCache
 from paged_kv.cache.s3fifo import S3FIFO
@@ -31,125 +30,6 @@ def test_slot_mapping_refuses_a_negative_start(table, block_size, start, end):
     """A negative position would wrap around to the last block and hand out its slots."""
     with pytest.raises(InvalidArgument):
         slot_mapping(table, block_size, start, end)
-
-
-# -- CachingPool: the same answers as BlockPool -----------------------------------------------
-
-
-class PlainPool:
-    """A bare reference-counted pool (chapter 01's), which trusts its caller completely: it
-    checks no id, so only CachingPool's own checks stand between it and a bad id."""
-
-    def __init__(self, num_blocks):
-        self.ref = [0] * num_blocks
-        self.free_ids = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free(self):
-        return len(self.free_ids)
-
-    def ref_count(self, b):
-        return self.ref[b]
-
-    def allocate(self, n=1):
-        ids = [self.free_ids.pop() for _ in range(n)]
-        for b in ids:
-            self.ref[b] = 1
-        return ids
-
-    def share(self, ids):
-        for b in ids:
-            self.ref[b] += 1
-
-    def release(self, ids):
-        for b in ids:
-            self.ref[b] -= 1
-            if not self.ref[b]:
-                self.free_ids.append(b)
-
-
-POOL_OPS = st.lists(
-    st.tuples(st.sampled_from("aaksrre"), st.floats(0, 0.999)), min_size=1, max_size=60
-)
-
-
-@settings(max_examples=60, deadline=None)
-@given(POOL_OPS)
-def test_a_caching_pool_answers_every_query_as_block_pool_does(ops):
-    """Side by side on the same logical blocks: sizes, pages, sharing, states, snapshots and
-    a reset of the cache (evict_all_cached) agree with BlockPool's."""
-    n = 8
-    evicted = {"ours": [], "theirs": []}
-    pools = {
-        "ours": BlockPool(n, 4, eviction="lru", on_evict=evicted["ours"].append),
-        "theirs": CachingPool(PlainPool(n), n, 4, on_evict=evicted["theirs"].append),
-    }
-    held = {"ours": [], "theirs": []}  # the same logical references, side by side
-    kept: list[tuple[int, int]] = []  # (ours, theirs): the same kept block, until evicted
-
-    def agree():
-        ours, theirs = pools["ours"], pools["theirs"]
-        for query in ("num_free", "num_cached", "num_in_use", "num_available", "num_pages"):
-            assert getattr(theirs, query) == getattr(ours, query), query
-        assert theirs.free_pages() == ours.free_pages() == []
-        assert theirs.evictions == ours.evictions
-        # both evicted the same logical blocks, which no longer pair up
-        gone = {name: set(ids) for name, ids in evicted.items()}
-        assert {b for a, b in kept if a in gone["ours"]} == gone["theirs"]
-        kept[:] = [(a, b) for a, b in kept if a not in gone["ours"]]
-        evicted["ours"].clear()
-        evicted["theirs"].clear()
-        pairs = [*zip(held["ours"], held["theirs"], strict=True), *kept]
-        for a, b in pairs:
-            assert theirs.ref_count(b) == ours.ref_count(a)
-            assert theirs.is_shared(b) == ours.is_shared(a)
-            assert theirs.state(b) == ours.state(a)
-        snaps = {name: pool.snapshot() for name, pool in pools.items()}
-        for state in BlockState:
-            assert snaps["theirs"].count(state) == snaps["ours"].count(state)
-        assert snaps["theirs"].num_shared == snaps["ours"].num_shared
-
-    for op, x in ops:
-        if op == "a":
-            count = int(x * 3) + 1
-            if count > pools["ours"].num_available:
-                continue
-            for name, pool in pools.items():
-                held[name].extend(pool.allocate(count))
-        elif op == "e":
-            counts = {name: pool.evict_all_cached() for name, pool in pools.items()}
-            assert counts["theirs"] == counts["ours"]
-        elif held["ours"]:
-            i = int(x * len(held["ours"]))
-            pair = {name: held[name][i] for name in pools}
-            if op == "k" and (pair["ours"], pair["theirs"]) not in kept:
-                kept.append((pair["ours"], pair["theirs"]))
-            for name, pool in pools.items():
-                if op == "k":
-                    pool.keep_content([pair[name]])
-                elif op == "s":
-                    pool.share([pair[name]])
-                    held[name].append(pair[name])
-                else:
-                    pool.release([held[name].pop(i)])
-        agree()
-
-
-@pytest.mark.parametrize("bad", [-1, 8, "3", 2.5, None])
-def test_a_caching_pool_refuses_ids_that_are_not_its_own(bad):
-    pool = CachingPool(PlainPool(8), 8, 4)
-    pool.allocate(8)
-    for call in (
-        lambda: pool.ref_count(bad),
-        lambda: pool.state(bad),
-        lambda: pool.is_shared(bad),
-        lambda: pool.share([bad]),
-        lambda: pool.release([bad]),
-        lambda: pool.keep_content([bad]),
-    ):
-        with pytest.raises(InvalidBlock):
-            call()
-    assert [pool.ref_count(b) for b in range(8)] == [1] * 8  # nothing changed
 
 
 # -- S3-FIFO's main queue -------------------------------------------------------------------
@@ -385,6 +265,10 @@ def test_the_manager_says_which_sequences_are_live(ops):
 
 
 # -- snapshots ------------------------------------------------------------------------------
+
+POOL_OPS = st.lists(
+    st.tuples(st.sampled_from("aaksrre"), st.floats(0, 0.999)), min_size=1, max_size=60
+)
 
 
 @settings(max_examples=60, deadline=None)

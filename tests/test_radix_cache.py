@@ -146,9 +146,7 @@ def test_leaf_first_puts_back_a_block_that_still_has_a_successor():
     assert m.num_prefix_hit_tokens(prompt(1, 13)) == 4  # what is left is still reachable
 
 
-def test_radix_refuses_the_hash_chain_hooks_and_unknown_names():
-    with pytest.raises(InvalidArgument, match="hash chain"):
-        KVCacheManager(8, BS, prefix_index="radix", block_hasher=lambda *a, **k: [])
+def test_an_unknown_prefix_index_name_is_refused():
     with pytest.raises(InvalidArgument, match="prefix_index"):
         KVCacheManager(8, BS, prefix_index="trie")
 

@@ -126,7 +126,7 @@ _CACHE_CORE = (
     "tests/test_block_pool.py",
     "tests/test_stateful.py::TestManager",
     "tests/test_radix_cache.py",
-    "tests/test_learner_hooks.py",
+    "tests/test_learner_manager.py",
     _TIERED_ENGINE,
 )
 _POOL_MACHINE = "tests/test_stateful.py::TestPool"
@@ -134,6 +134,7 @@ _MANAGER_MACHINE = "tests/test_stateful.py::TestManager"
 TESTS: dict[str, tuple[str, ...]] = {
     "paged_kv/cache/block_pool.py": (
         "tests/test_block_pool.py",
+        "tests/test_caching_pool.py",
         "tests/test_argument_edges.py",
         "tests/test_out_of_blocks_available.py",
         "tests/test_stats_recount.py",
@@ -222,7 +223,26 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_manager.py",
         "tests/test_replay.py",
     ),
-    "paged_kv/cache/caching_pool.py": ("tests/test_mutation_survivors_cache.py", *_CACHE_CORE),
+    "paged_kv/cache/caching_pool.py": (
+        "tests/test_caching_pool.py",
+        "tests/test_hot_path_pool.py",
+        *_CACHE_CORE,
+        _POOL_MACHINE,
+    ),
+    "paged_kv/cache/ref_count_pool.py": (
+        "tests/test_block_pool.py",
+        "tests/test_caching_pool.py",
+        "tests/test_hot_path_pool.py",
+        "tests/test_argument_edges.py",
+        "tests/test_out_of_blocks_available.py",
+        _POOL_MACHINE,
+    ),
+    "paged_kv/cache/block_ids.py": (
+        "tests/test_block_pool.py",
+        "tests/test_caching_pool.py",
+        "tests/test_argument_edges.py",
+        _POOL_MACHINE,
+    ),
     "paged_kv/cache/live_sequences.py": ("tests/test_mutation_survivors_cache.py", *_CACHE_CORE),
     "paged_kv/cache/radix_cache.py": (
         "tests/test_mutation_survivors_cache.py",

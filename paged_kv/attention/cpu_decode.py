@@ -203,8 +203,8 @@ def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = F
             except OSError:
                 log = None
             raise BuildError(_first_error(text), log) from err
-    (folder / _BUILT).write_text(Path(library).name + "\n")
-    return Path(library)
+    (folder / _BUILT).write_text(Path(str(library)).name + "\n")  # not a module: its path
+    return Path(str(library))
 
 
 def _load(library: Path):
@@ -276,6 +276,7 @@ def cpu_paged_decode(
     """
     _group(q.shape[1], k_cache.shape[2])
     kernel = _kernel()
+    assert kernel is not None  # callers asked `handles` first, which needs the kernel
     return kernel.paged_decode_f32(
         q.contiguous(),
         k_cache,

@@ -101,13 +101,15 @@ def compile_launch(launch: Launch, target: GPUTarget):
 
 def ptxas_usage(ptx: str, target: GPUTarget) -> dict[str, int]:
     """Registers, spill stores/loads (bytes) and stack frame (bytes) from `ptxas -v`."""
-    arch = re.search(r"^\.target\s+(\w+)", ptx, re.MULTILINE).group(1)
+    target_line = re.search(r"^\.target\s+(\w+)", ptx, re.MULTILINE)
+    assert target_line is not None  # triton's PTX always names its target
+    arch = target_line.group(1)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.ptx")
         with open(path, "w") as f:
             f.write(ptx)
         log = subprocess.run(
-            [get_ptxas(target.arch).path, "-v", f"--gpu-name={arch}", path, "-o", os.devnull],
+            [get_ptxas(int(target.arch)).path, "-v", f"--gpu-name={arch}", path, "-o", os.devnull],
             capture_output=True,
             text=True,
             check=True,
@@ -128,7 +130,7 @@ def ptxas_usage(ptx: str, target: GPUTarget) -> dict[str, int]:
 def compile_variant(variant: Variant, target_name: str) -> dict:
     """Compile one variant for one target; its resources and compile time, or its error."""
     target = TARGETS[target_name]
-    record = {"variant": variant.name, "target": target_name}
+    record: dict[str, object] = {"variant": variant.name, "target": target_name}
     start = time.perf_counter()
     try:
         compiled = compile_launch(representative(variant), target)

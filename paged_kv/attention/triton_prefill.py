@@ -112,13 +112,13 @@ def _prefill_kernel(
         acc, m, l = _key_tile(  # noqa: E741
             q, acc, m, l, qpos, start, table_ptr, k_head, v_head, d, d_ok,
             qk_scale, block_size, stride_kn, stride_kt, key_end,
-            BLOCK_N, WHOLE_TILES, False, DOT_PRECISION,
+            BLOCK_N, WHOLE_TILES, False, DOT_PRECISION,  # type: ignore[arg-type]  # triton: a literal for a constexpr
         )  # fmt: skip
     for start in range(full_end, key_end, BLOCK_N):
         acc, m, l = _key_tile(  # noqa: E741
             q, acc, m, l, qpos, start, table_ptr, k_head, v_head, d, d_ok,
             qk_scale, block_size, stride_kn, stride_kt, key_end,
-            BLOCK_N, WHOLE_TILES, True, DOT_PRECISION,
+            BLOCK_N, WHOLE_TILES, True, DOT_PRECISION,  # type: ignore[arg-type]  # triton: a literal for a constexpr
         )  # fmt: skip
     out = acc / tl.where(l == 0.0, 1.0, l)[:, None]
     tl.store(out_ptr + io, out.to(out_ptr.dtype.element_ty), mask=io_mask)

@@ -7,6 +7,7 @@ ids. `KVCacheManager` is the one entry point the serving layer uses.
 from paged_kv.cache.arc import ARC
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import blocks_needed, copy_on_write, grow_block_table, slot_mapping
+from paged_kv.cache.caching_pool import CachingPool, RefCountedPool
 from paged_kv.cache.eviction import (
     FIFO,
     LFU,
@@ -15,6 +16,7 @@ from paged_kv.cache.eviction import (
     AgingLFU,
     EvictionPolicy,
     PolicySpec,
+    keyed_policy,
     make_policy,
 )
 from paged_kv.cache.free_lists import FifoFreeList, PackedPagesFreeList
@@ -23,7 +25,9 @@ from paged_kv.cache.history_lfu import HistoryLFU
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
 from paged_kv.cache.manager import KVCacheManager, SeqId
 from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.prefix_index import PrefixIndex
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache
+from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.s3fifo import S3FIFO
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
@@ -43,6 +47,7 @@ __all__ = [
     "BlockInfo",
     "BlockPool",
     "BlockState",
+    "CachingPool",
     "EvictionPolicy",
     "FifoFreeList",
     "FrequencySketch",
@@ -55,7 +60,10 @@ __all__ = [
     "PoolSnapshot",
     "PrefixCache",
     "PrefixHitCounter",
+    "PrefixIndex",
     "RadixCache",
+    "RefCountPool",
+    "RefCountedPool",
     "SeqId",
     "TokenSequence",
     "UsageStats",
@@ -65,6 +73,7 @@ __all__ = [
     "copy_on_write",
     "grow_block_table",
     "hash_block",
+    "keyed_policy",
     "make_policy",
     "slot_mapping",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paged_kv.cache.block_pool import BlockPool
+from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.errors import InvalidArgument
 
 
@@ -28,7 +28,7 @@ def slot_mapping(block_table: Sequence[int], block_size: int, start: int, end: i
 
 
 def grow_block_table(
-    pool: BlockPool, block_table: list[int], num_tokens: int, num_new_tokens: int
+    pool: CachingPool, block_table: list[int], num_tokens: int, num_new_tokens: int
 ) -> list[int]:
     """Extend `block_table` (holding `num_tokens` tokens) to fit `num_new_tokens` more.
 
@@ -42,7 +42,7 @@ def grow_block_table(
 
 
 def copy_on_write(
-    pool: BlockPool, block_table: list[int], num_tokens: int
+    pool: CachingPool, block_table: list[int], num_tokens: int
 ) -> tuple[int, int] | None:
     """Before appending, give the table its own copy of a shared, partly filled last block.
 
@@ -60,7 +60,7 @@ def copy_on_write(
 
 
 def last_block_is_shared_and_partial(
-    pool: BlockPool, block_table: list[int], num_tokens: int
+    pool: CachingPool, block_table: list[int], num_tokens: int
 ) -> bool:
     """Would appending to this table write into a block that others read? (Then copy it.)"""
     return num_tokens % pool.block_size != 0 and pool.is_shared(block_table[-1])

@@ -1,213 +1,289 @@
-"""`BlockPool`'s interface over any reference-counted pool: bring your own allocator.
+"""Cached blocks and eviction over a reference-counted pool: the layer chapters 03-04 add.
 
-The base pool only needs `allocate(n)`, `share(ids)`, `release(ids)`, `ref_count(b)` and
-`num_free` (chapter 01's pool). `CachingPool` adds what chapters 03-04 need on top: blocks
-whose content is kept after their last release (cached), an eviction policy choosing among
-them, `on_evict`, and the counts the manager reports. It keeps a cached block by holding its
-last reference in the base pool; evicting the block releases that reference, so the base pool
-frees it. `KVCacheManager(..., pool=YourPool)` wraps your pool in one.
+The pool below (`RefCountedPool`: the library's `RefCountPool`, or chapter 01's pool of a
+learner) counts references and keeps the free list. This layer remembers which blocks keep
+their content after their last release (cached), lets an eviction policy choose among them,
+tells `on_evict`, and counts evictions by reason. `BlockPool` is this layer over the library's
+pool; a learner's pool is wrapped the same way.
+
+How the two share a block. A block whose content is kept holds exactly one reference in the
+pool below, owned by this layer: its holders are counted here (`_holders`), and 0 holders means
+cached. Eviction hands that one reference over: to the allocation that wanted a block (so the
+evicted block comes back in use without a call below), or back to the pool below (a reset).
+Every other block is counted by the pool below alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
+from paged_kv.cache.block_ids import check_block_id, check_block_ids, check_drops
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.snapshot import BlockInfo, BlockState, PoolSnapshot
-from paged_kv.errors import InvalidBlock, OutOfBlocks
-from paged_kv.validation import as_int, require_int
+from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks
+from paged_kv.validation import require_int, require_positive_int
+
+UNKEPT = -1
+"""`_holders` of a block whose content is not kept: the pool below counts its references."""
 
 
 class RefCountedPool(Protocol):
-    """What `CachingPool` asks of the pool it wraps (chapter 01's `FreeListPool` has it)."""
+    """What the caching layer asks of the pool below: chapter 01's pool has all of it.
+
+    `allocate` is all or nothing; `share` and `release` check their whole batch first and
+    raise `InvalidBlock` changing nothing; `release` returns the blocks that reached 0."""
+
+    num_blocks: int
+    block_size: int
 
     @property
     def num_free(self) -> int: ...
 
     def allocate(self, n: int) -> list[int]: ...
 
-    def share(self, block_ids: list[int]) -> Any: ...
+    def share(self, block_ids: list[int]) -> object: ...
 
-    def release(self, block_ids: list[int]) -> Any: ...
+    def release(self, block_ids: list[int]) -> list[int]: ...
 
     def ref_count(self, block_id: int) -> int: ...
 
 
 class CachingPool:
-    """Cached blocks and eviction over a plain reference-counted `base` pool.
+    """A `RefCountedPool` whose blocks can keep their content after their last release.
 
-    A block's reference count here is the base pool's, minus the one reference the cache
-    holds while the block is cached. The base pool is trusted to keep its own promises
-    (all-or-nothing calls, distinct ids); the checks of chapter 01 test that.
+    A block is free (no reference, nothing kept), in use (ref >= 1), or cached (no reference,
+    content kept after `keep_content`). `allocate` takes free blocks first and evicts cached
+    ones, chosen by the eviction policy, only when no free block is left. All or nothing.
+
+    Pages belong to the pool below; this layer shows none (`BlockPool` shows its own).
     """
 
-    blocks_per_page = None
-    allocation = "custom"
+    blocks_per_page: int | None = None
 
     def __init__(
         self,
         base: RefCountedPool,
-        num_blocks: int,
-        block_size: int,
         *,
         eviction: PolicySpec = "lru",
         on_evict: Callable[[int], None] | None = None,
     ) -> None:
         self.base = base
-        self.num_blocks = num_blocks
-        self.block_size = block_size
+        self.num_blocks = base.num_blocks
+        self.block_size = base.block_size
         self.policy = make_policy(eviction)
         self.on_evict = on_evict
         self.evictions: dict[str, int] = {"allocation": 0, "reset": 0}
-        self._keeps = bytearray(num_blocks)
+        self._holders = [UNKEPT] * base.num_blocks  # kept blocks' holders (0: cached)
 
     # -- sizes ---------------------------------------------------------------------------
 
     @property
     def num_pages(self) -> int:
-        return 0
+        """Number of pages (0 when pages are off)."""
+        return self.num_blocks // self.blocks_per_page if self.blocks_per_page else 0
 
     @property
     def num_free(self) -> int:
+        """Blocks holding nothing, ready to allocate."""
         return self.base.num_free
 
     @property
     def num_cached(self) -> int:
+        """Blocks with no reference that keep their content until evicted."""
         return len(self.policy)
 
     @property
     def num_in_use(self) -> int:
+        """Blocks with at least one reference."""
         return self.num_blocks - self.base.num_free - len(self.policy)
 
     @property
     def num_available(self) -> int:
+        """Blocks an allocation can get: free ones, then cached ones by eviction."""
         return self.base.num_free + len(self.policy)
 
-    # -- the pool's calls ----------------------------------------------------------------
+    # -- allocation ----------------------------------------------------------------------
 
     def allocate(self, n: int = 1) -> list[int]:
-        """Free blocks first; cached ones are evicted (released in the base) for the rest."""
-        n = require_int("allocate's n", n)
-        if n > self.num_available:
+        """Take `n` blocks at ref count 1, free ones first, then evicting cached ones.
+
+        If fewer than `n` are available, raise `OutOfBlocks` and change nothing.
+        """
+        if type(n) is not int or n < 0:
+            n = require_int("allocate's n", n)
+        free = self.base.num_free
+        if n <= free:
+            return self.base.allocate(n)
+        if n - free > len(self.policy):  # more than free and cached blocks together
             raise OutOfBlocks(
                 f"asked for {n} blocks but only {self.num_available} of {self.num_blocks} are "
-                "free or evictable; release blocks or use a bigger pool.",
+                "free or evictable; release blocks (finish or preempt a sequence) or use a "
+                "bigger pool.",
                 requested=n,
                 available=self.num_available,
             )
-        short = n - self.base.num_free
-        if short > 0:
-            evicted = [self._drop_content(self.policy.evict(), "allocation") for _ in range(short)]
-            self.base.release(evicted)
-        return list(self.base.allocate(n))
+        ids = self.base.allocate(free) if free else []
+        for _ in range(n - free):
+            ids.append(self._evict("allocation"))  # its reference below is the new holder's
+        return ids
 
     def keep_content(self, block_ids: Iterable[int]) -> None:
-        ids = [self._check_id(b) for b in block_ids]
+        """Mark in-use blocks as worth keeping: released, they become cached, not free."""
+        ids = check_block_ids(block_ids, self.num_blocks)
         for block_id in ids:
             if self.ref_count(block_id) == 0:
                 raise InvalidBlock(
                     f"block {block_id} has no reference; only blocks in use can be kept."
                 )
-        for block_id in ids:
-            if not self._keeps[block_id]:
-                self._keeps[block_id] = 1
-                self.policy.touch(block_id)
+        self.keep_content_unchecked(ids)
+
+    def keep_content_unchecked(self, block_ids: Iterable[int]) -> None:
+        """`keep_content` for blocks the caller holds (the manager's own tables): no checks."""
+        holders, touch, base = self._holders, self.policy.touch, self.base
+        for block_id in block_ids:
+            if holders[block_id] == UNKEPT:
+                refs = base.ref_count(block_id)
+                if refs > 1:  # this layer's one reference below stands for all its holders
+                    base.release([block_id] * (refs - 1))
+                holders[block_id] = refs
+                touch(block_id)
 
     def share(self, block_ids: Iterable[int]) -> None:
-        """One more reference each: a block in use, or a cached one (a hit revives it)."""
-        ids = [self._check_id(b) for b in block_ids]
+        """Add one reference to each block: in use, or cached (a hit that revives it)."""
+        ids = check_block_ids(block_ids, self.num_blocks)
         for block_id in ids:
             if self.state(block_id) is BlockState.FREE:
                 raise InvalidBlock(
                     f"block {block_id} is free, so it cannot be shared; allocate it first."
                 )
-        for block_id in ids:
-            if block_id in self.policy:
-                self.policy.revive(block_id)  # the cache's reference becomes the holder's
+        self.share_unchecked(ids)
+
+    def share_unchecked(self, block_ids: Iterable[int]) -> None:
+        """`share` for blocks known to hold content (a table's, or the hits the prefix index
+        names): ids this pool handed out, so they are not checked again."""
+        holders, revive, touch = self._holders, self.policy.revive, self.policy.touch
+        unkept = []
+        for block_id in block_ids:
+            if holders[block_id] == UNKEPT:
+                unkept.append(block_id)
             else:
-                self.base.share([block_id])
-            if self._keeps[block_id]:
-                self.policy.touch(block_id)
+                if not holders[block_id]:
+                    revive(block_id)
+                touch(block_id)
+                holders[block_id] += 1
+        if unkept:
+            self.base.share(unkept)
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
-        """Drop one reference per id; a kept block's last one stays, held by the cache."""
-        ids = [self._check_id(b) for b in block_ids]
-        drops: dict[int, int] = {}
-        for block_id in ids:
-            drops[block_id] = drops.get(block_id, 0) + 1
-        for block_id, times in drops.items():
-            if times > self.ref_count(block_id):
-                raise InvalidBlock(
-                    f"block {block_id} has {self.ref_count(block_id)} reference(s) but release "
-                    f"was asked to drop {times}: a double free. Release each reference once."
-                )
-        unreferenced = []
-        for block_id in ids:
-            last = self.ref_count(block_id) == 1
-            if last and self._keeps[block_id]:
-                self.policy.make_evictable(block_id)
-            else:
-                self.base.release([block_id])
-            if last:
-                unreferenced.append(block_id)
-        return unreferenced
+        """Drop one reference per id; return the blocks that lost their last reference.
 
-    # The manager's calls for its own tables: unchecked in `BlockPool`, checked as ever here.
-    keep_content_unchecked = keep_content
-    share_unchecked = share
-    release_unchecked = release
+        Those become cached if their content is kept, free otherwise. Validates everything
+        first: a double free or foreign id raises `InvalidBlock` and releases nothing.
+        """
+        ids = check_block_ids(block_ids, self.num_blocks)
+        if max(map(self._holders.__getitem__, ids), default=UNKEPT) == UNKEPT:
+            return self.base.release(ids)  # nothing kept: the pool below checks and counts all
+        check_drops(ids, self.ref_count)
+        if len(set(ids)) == len(ids):
+            return self.release_unchecked(ids)
+        # a block named twice: one at a time, so the answer lists each block where it lost
+        # its last reference
+        return [b for block_id in ids for b in self.release_unchecked([block_id])]
+
+    def release_unchecked(self, block_ids: Iterable[int]) -> list[int]:
+        """`release` for references the caller is known to hold, each block once (a block
+        table the manager built from this pool's ids): this layer checks nothing."""
+        ids = block_ids if type(block_ids) is list else list(block_ids)
+        holders, make_evictable = self._holders, self.policy.make_evictable
+        unkept, cached = [], []
+        for block_id in ids:
+            if holders[block_id] == UNKEPT:
+                unkept.append(block_id)
+            else:
+                holders[block_id] -= 1
+                if not holders[block_id]:
+                    make_evictable(block_id)
+                    cached.append(block_id)
+        if not unkept:
+            return cached
+        freed = self.base.release(unkept)
+        if not (freed and cached):
+            return freed or cached
+        if ids.index(freed[-1]) < ids.index(cached[0]):
+            return freed + cached  # a table released last block first: the common case
+        position = {block_id: i for i, block_id in enumerate(ids)}
+        return sorted(freed + cached, key=position.__getitem__)
 
     def evict_all_cached(self) -> int:
+        """Drop every cached block's content (they become free); return how many."""
         count = len(self.policy)
-        evicted = [self._drop_content(self.policy.evict(), "reset") for _ in range(count)]
-        self.base.release(evicted)
+        evicted = [self._evict("reset") for _ in range(count)]
+        if evicted:
+            self.base.release(evicted)
         return count
+
+    def _evict(self, reason: str) -> int:
+        """The policy's victim forgets its content; whoever indexed it is told (the block has
+        no holder then). Its one reference below stays, for the caller to hand on."""
+        block_id = self.policy.evict()
+        self.evictions[reason] += 1
+        if self.on_evict is not None:
+            self.on_evict(block_id)
+        self._holders[block_id] = UNKEPT
+        return block_id
 
     # -- queries -------------------------------------------------------------------------
 
     def ref_count(self, block_id: int) -> int:
-        block_id = self._check_id(block_id)
-        return self.base.ref_count(block_id) - (block_id in self.policy)
+        """How many holders reference `block_id`."""
+        held = self._holders[check_block_id(block_id, self.num_blocks)]
+        return self.base.ref_count(block_id) if held == UNKEPT else held
 
     def count_unreferenced(self, block_ids: Iterable[int]) -> int:
         """How many of these blocks have no reference (cached ones, for a prefix hit)."""
-        return sum(1 for b in block_ids if self.ref_count(b) == 0)
+        return list(map(self.ref_count, check_block_ids(block_ids, self.num_blocks))).count(0)
 
     def is_shared(self, block_id: int) -> bool:
+        """Does more than one holder reference `block_id`? (Appending to it must copy it.)"""
         return self.ref_count(block_id) > 1
 
     def state(self, block_id: int) -> BlockState:
-        block_id = self._check_id(block_id)
-        if block_id in self.policy:
-            return BlockState.CACHED
-        return BlockState.IN_USE if self.base.ref_count(block_id) else BlockState.FREE
+        """The block's state."""
+        held = self._holders[check_block_id(block_id, self.num_blocks)]
+        if held == UNKEPT:
+            return BlockState.IN_USE if self.base.ref_count(block_id) else BlockState.FREE
+        return BlockState.IN_USE if held else BlockState.CACHED
+
+    def page_of(self, block_id: int) -> int:
+        """The page that holds `block_id` (pages must be on)."""
+        per_page = self.blocks_per_page
+        if not per_page:
+            raise InvalidArgument("this pool has no pages; create it with blocks_per_page=...")
+        return check_block_id(block_id, self.num_blocks) // per_page
 
     def free_pages(self) -> list[int]:
+        """Pages whose blocks are all free: memory that could be given back. O(pages)."""
         return []
 
+    def releasable_bytes(self, bytes_per_block: int) -> int:
+        """Bytes held by entirely free pages, for blocks of `bytes_per_block` bytes each."""
+        require_positive_int("bytes_per_block", bytes_per_block)
+        return len(self.free_pages()) * (self.blocks_per_page or 0) * bytes_per_block
+
     def snapshot(self) -> PoolSnapshot:
+        """Freeze every block's state and ref count (the manager adds owners and tables)."""
+        per_page = self.blocks_per_page
         blocks = tuple(
-            BlockInfo(block_id=b, state=self.state(b), ref_count=self.ref_count(b))
+            BlockInfo(
+                block_id=b,
+                state=self.state(b),
+                ref_count=self.ref_count(b),
+                page=b // per_page if per_page else None,
+            )
             for b in range(self.num_blocks)
         )
-        return PoolSnapshot(self.block_size, None, blocks)
-
-    def _drop_content(self, block_id: int, reason: str) -> int:
-        self._keeps[block_id] = 0
-        self.evictions[reason] += 1
-        if self.on_evict is not None:
-            self.on_evict(block_id)
-        return block_id
-
-    def _check_id(self, block_id: object) -> int:
-        number = as_int(block_id)
-        if number is None or not 0 <= number < self.num_blocks:
-            raise InvalidBlock(
-                f"block {block_id!r} does not belong to this pool (ids are 0.."
-                f"{self.num_blocks - 1})."
-            )
-        return number
+        return PoolSnapshot(self.block_size, per_page, blocks)
 
     def __repr__(self) -> str:
         return (

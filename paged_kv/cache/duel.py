@@ -27,6 +27,8 @@ class _Counts(LFU):
 
     def track(self, member: Hashable, memory: int | None) -> None:
         """A first access: the count resumes at `memory` (0 if none), plus this access."""
+        # LFU's buckets are typed for block ids; here they hold content keys, which they only
+        # hash and compare (the reason for the three ignores of this class).
         self._count[member] = (memory or 0) + 1  # type: ignore[index]
 
     def victim(self) -> Hashable:
@@ -114,14 +116,16 @@ class _Shadow:
         expert = self.expert
         if expert.tracks(key):
             self.score += 1
-            expert.touch(key)
+            expert.touch(key)  # type: ignore[arg-type]  # a content key (see _Counts.track)
             return
         if self._size >= capacity:
             victim = expert.victim()
             self._ghost[victim] = expert.evict_member(victim)
             self._size -= 1
+        # content keys stand for block ids in the expert's calls (see _Counts.track), and the
+        # ghost holds what this expert's own evict_member returned
         expert.track(key, self._ghost.pop(key, None))  # type: ignore[arg-type]
-        expert.make_evictable(key)
+        expert.make_evictable(key)  # type: ignore[arg-type]
         self._size += 1
         while len(self._ghost) > self.history * capacity:
             del self._ghost[next(iter(self._ghost))]

@@ -11,6 +11,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from paged_kv.errors import InvalidArgument, InvalidBlock
 from paged_kv.validation import require_positive_int
@@ -23,15 +24,20 @@ def require_fraction(name: str, value: float) -> float:
     return value
 
 
+KeyOf = Callable[[int], Hashable]
+"""What a block's content is called: `key_of(block_id)`, e.g. the block hash it is indexed by."""
+
+
 class EvictionPolicy(ABC):
     """The interface the pool calls; subclass it to plug in your own policy."""
 
     name = "policy"
-    key_of: Callable[[int], Hashable] | None = None
-    """Set by whoever indexes the content (the manager binds its prefix index): the content a
-    block holds, e.g. its block hash. Policies that remember blocks after eviction (ghost
-    queues, frequency sketches) must key that memory by content, since a block id is reused
-    for other content. Unset, the block id is the key (a trace replay, where ids are content)."""
+    key_of: KeyOf | None = None
+    """Given when the policy is made (`make_policy(spec, key_of=...)`, which the manager calls
+    with its prefix index's `content_key`): the content a block holds. Policies that remember
+    blocks after eviction (ghost queues, frequency sketches) key that memory by content, since
+    a block id is reused for other content. Without one, the block id is the key (a trace
+    replay, where ids are content)."""
 
     def content_key(self, block_id: int) -> Hashable:
         """The key that names `block_id`'s content (see `key_of`)."""
@@ -247,37 +253,58 @@ PolicySpec = str | EvictionPolicy | type[EvictionPolicy]
 """How callers name a policy: a key of `POLICIES` ("lru", "s3fifo", ...), a class or an instance."""
 
 
-def _lazy(module: str, class_name: str) -> Callable[[], EvictionPolicy]:
-    """A policy of `paged_kv.cache.<module>`, imported on first use (it builds on this module)."""
+def _factory(module: str, class_name: str) -> Callable[..., EvictionPolicy]:
+    """`make(key_of=None)`: a new `class_name` policy of `paged_kv.cache.<module>`, made with
+    `key_of`; the module is imported on first use (the later policies build on this one)."""
 
-    def make() -> EvictionPolicy:
-        return getattr(importlib.import_module(f"paged_kv.cache.{module}"), class_name)()
+    def make(key_of: KeyOf | None = None) -> EvictionPolicy:
+        cls = getattr(importlib.import_module(f"paged_kv.cache.{module}"), class_name)
+        return keyed_policy(cls, key_of)
 
     make.__name__ = make.__qualname__ = class_name
     return make
 
 
-POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
-    "lru": LRU,
-    "lfu": LFU,
-    "lfu-aging": AgingLFU,
-    "fifo": FIFO,
-    "lfu-history": _lazy("history_lfu", "HistoryLFU"),
-    "s3fifo": _lazy("s3fifo", "S3FIFO"),
-    "w-tinylfu": _lazy("tinylfu", "WTinyLFU"),
-    "arc": _lazy("arc", "ARC"),
-    "duel": _lazy("duel", "Duel"),
+POLICIES: dict[str, Callable[..., EvictionPolicy]] = {
+    "lru": _factory("eviction", "LRU"),
+    "lfu": _factory("eviction", "LFU"),
+    "lfu-aging": _factory("eviction", "AgingLFU"),
+    "fifo": _factory("eviction", "FIFO"),
+    "lfu-history": _factory("history_lfu", "HistoryLFU"),
+    "s3fifo": _factory("s3fifo", "S3FIFO"),
+    "w-tinylfu": _factory("tinylfu", "WTinyLFU"),
+    "arc": _factory("arc", "ARC"),
+    "duel": _factory("duel", "Duel"),
 }
+"""Each policy by name: `POLICIES[name](key_of=None)` makes one."""
 
 
-def make_policy(policy: PolicySpec) -> EvictionPolicy:
-    """A policy from its name (one of `POLICIES`), a class, or an instance."""
+Policy = TypeVar("Policy", bound=EvictionPolicy)
+
+
+def keyed_policy(cls: type[Policy], key_of: KeyOf | None = None, **options: Any) -> Policy:
+    """`cls(**options)` made with `key_of` as its content key.
+
+    The key is in place before `cls.__init__` runs, so that any subclass gets it, even one
+    whose `__init__` takes no such argument and never calls `super().__init__` (a learner's
+    policy); nothing sets it afterwards."""
+    policy = cls.__new__(cls)
+    policy.key_of = key_of
+    cls.__init__(policy, **options)
+    return policy
+
+
+def make_policy(policy: PolicySpec, key_of: KeyOf | None = None) -> EvictionPolicy:
+    """A policy from its name (one of `POLICIES`), a class, or an instance.
+
+    A name or a class is made with `key_of` (see `EvictionPolicy.key_of`); an instance is
+    used as it was made."""
     if isinstance(policy, EvictionPolicy):
         return policy
     if isinstance(policy, type) and issubclass(policy, EvictionPolicy):
-        return policy()
+        return keyed_policy(policy, key_of)
     if isinstance(policy, str) and policy in POLICIES:
-        return POLICIES[policy]()
+        return POLICIES[policy](key_of=key_of)
     raise InvalidArgument(
         f"unknown eviction policy {policy!r}; use one of {sorted(POLICIES)}, an "
         "EvictionPolicy subclass, or an instance of one."

@@ -55,4 +55,5 @@ class PrefixHitCounter:
             self._window_sums[1] -= old_h
 
     def rates(self) -> HitRates:
-        return HitRates(*self._totals, *self._window_sums, len(self._recent))
+        (queried, hit), (window_queried, window_hit) = self._totals, self._window_sums
+        return HitRates(queried, hit, window_queried, window_hit, len(self._recent))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
-from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.block_table import slot_mapping
 from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.hit_metrics import HitRates, PrefixHitCounter
@@ -29,14 +29,16 @@ class SequenceEntry:
     num_registered: int = 0  # full blocks already offered to the prefix cache
     forked: bool = False  # its last block may be shared since a fork: check before writing
     room: int = 0  # tokens the table holds without growing; 0 once forked (appends check)
-    index_path: object = None  # its locked path in a radix index (None for the hash chain)
+    index_path: Any = (
+        None  # what it holds in the prefix index, handed back unread (see PrefixIndex)
+    )
 
 
 class LiveSequences:
     """`KVCacheManager`'s read-only side: a sequence's table, slots and tokens, and the counts
     and snapshot of the whole cache. The manager keeps `_seqs` and the counters up to date."""
 
-    pool: BlockPool | CachingPool
+    pool: CachingPool
     block_size: int
     hits: PrefixHitCounter
     _seqs: dict[SeqId, SequenceEntry]

@@ -8,6 +8,7 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -16,14 +17,12 @@ from paged_kv.cache.block_table import (
     grow_block_table,
     last_block_is_shared_and_partial,
 )
-from paged_kv.cache.caching_pool import CachingPool, RefCountedPool
+from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.hashing import ExtraKey, Salt
 from paged_kv.cache.hit_metrics import PrefixHitCounter
-from paged_kv.cache.learner_hooks import BlockHasher, LearnerHooks, PrefixLookup, TableAllocator
 from paged_kv.cache.live_sequences import LiveSequences, SeqId, SequenceEntry
-from paged_kv.cache.prefix_index import PrefixIndexName, make_prefix_index
-from paged_kv.cache.radix_cache import LeafFirst, RadixCache
+from paged_kv.cache.prefix_index import PrefixIndex, PrefixIndexName, make_prefix_index
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import CacheBusy, DuplicateSequence, InvalidArgument, OutOfBlocks
 from paged_kv.validation import require_int, require_token_ids
@@ -36,6 +35,10 @@ class KVCacheManager(LiveSequences):
     rest, `append_tokens` adds a block only when the last one is full (copying a shared
     last block first), `fork` shares every block with a child, `free_sequence` releases
     them (full blocks stay cached). Every call is all or nothing.
+
+    A subclass may change how the pool is made (`_new_pool`), how a prompt's cached prefix is
+    found (`_prefix_hits`), how a new table is allocated (`_new_table`) and how full blocks
+    are indexed (`_index_full_blocks`); the course layer plugs a learner's parts in there.
     """
 
     def __init__(
@@ -48,32 +51,22 @@ class KVCacheManager(LiveSequences):
         eviction: PolicySpec = "lru",
         prefix_caching: bool = True,
         hit_rate_window: int = 100,
-        pool: Callable[[int, int], RefCountedPool] | None = None,
-        block_hasher: BlockHasher | None = None,
-        prefix_lookup: PrefixLookup | None = None,
-        allocate_table: TableAllocator | None = None,
         prefix_index: PrefixIndexName = "hash",
     ) -> None:
-        self.prefix_cache = make_prefix_index(prefix_index, block_size) if prefix_caching else None
-        eviction = self._bind_policy(eviction, block_hasher or prefix_lookup or allocate_table)
-        on_evict = self.prefix_cache.forget if self.prefix_cache is not None else None
-        if pool is None:
-            self.pool: BlockPool | CachingPool = BlockPool(
-                num_blocks,
-                block_size,
-                blocks_per_page=blocks_per_page,
-                allocation=allocation,
-                eviction=eviction,
-                on_evict=on_evict,
-            )
-        else:  # your own pool (chapter 01): cached blocks and eviction are layered on top
-            if blocks_per_page is not None or allocation != "fifo":
-                raise InvalidArgument("pages and the allocation order belong to the pool you pass.")
-            base = pool(num_blocks, block_size)
-            self.pool = CachingPool(
-                base, num_blocks, block_size, eviction=eviction, on_evict=on_evict
-            )
-        self._hooks = LearnerHooks(block_hasher, prefix_lookup, allocate_table, block_size)
+        self.prefix_cache: PrefixIndex[Any] | None = (
+            make_prefix_index(prefix_index, block_size) if prefix_caching else None
+        )
+        index = self.prefix_cache
+        if index is not None:  # its policy remembers content by the index's key
+            eviction = index.guard_policy(make_policy(eviction, key_of=index.content_key))
+        self.pool = self._new_pool(
+            num_blocks,
+            block_size,
+            blocks_per_page=blocks_per_page,
+            allocation=allocation,
+            eviction=eviction,
+            on_evict=index.forget if index is not None else None,
+        )
         self.block_size = block_size
         self.hits = PrefixHitCounter(hit_rate_window)
         self._seqs: dict[SeqId, SequenceEntry] = {}
@@ -116,25 +109,8 @@ class KVCacheManager(LiveSequences):
         hit_blocks = self._prefix_hits(seq)
         hits = len(hit_blocks)
         loaded = self._check_loaded(seq, hits, num_loaded_tokens)
-        need = blocks_needed(length, self.block_size) - hits
         hit_tokens = hits * self.block_size
-        if self._hooks.allocate_table is not None:  # your all-or-nothing add (chapter 04)
-            table = self._hooks.table(self.pool, hit_blocks, need + hits)
-        else:
-            available = self.pool.num_available
-            if need + hits > available:  # cached hits come back to use: count them
-                available -= self.pool.count_unreferenced(hit_blocks)
-            if need > available:
-                hit_note = f" ({hits} more are prefix hits)" if hits else ""
-                raise OutOfBlocks(
-                    f"sequence {seq_id!r} needs {need} new blocks{hit_note} but only {available} "
-                    "can be had; free or preempt a sequence, or use a bigger pool.",
-                    requested=need,
-                    available=available,
-                )
-            self.pool.share_unchecked(hit_blocks)  # in use now: the allocation cannot evict them
-            table = list(hit_blocks)
-            grow_block_table(self.pool, table, hit_tokens, length - hit_tokens)
+        table = self._new_table(seq_id, hit_blocks, length)
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
         entry = SequenceEntry(seq, table, hits, room=len(table) * self.block_size)  # hits: indexed
@@ -315,47 +291,74 @@ class KVCacheManager(LiveSequences):
         copy = last_block_is_shared_and_partial(self.pool, table, length)
         return blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy
 
-    def _prefix_hits(self, seq: TokenSequence) -> list[int]:
-        """Cached blocks of the longest hit prefix of `seq` (never its last token)."""
-        if self.prefix_cache is None:
-            return []
-        max_hits = (len(seq.token_ids) - 1) // self.block_size  # the last token is computed
-        if self._hooks.active:  # your hash or lookup (chapter 04)
-            return self._hooks.hits(self.prefix_cache, seq, max_hits)
-        return self.prefix_cache.match(seq, max_hits)
-
     def _register_full_blocks(self, entry: SequenceEntry) -> None:
         """Index the full blocks that filled since the last call and keep their content."""
         full = len(entry.seq.token_ids) // self.block_size
-        if self.prefix_cache is None:
-            kept = []
-        elif self._hooks.block_hasher is not None:  # your hash (chapter 04)
-            kept = self._hooks.register(
-                self.prefix_cache, entry.seq, entry.block_table, entry.num_registered
-            )
-        else:
-            kept, entry.index_path = self.prefix_cache.register_blocks(
-                entry.seq, entry.block_table, entry.num_registered, full, entry.index_path
-            )
+        kept = self._index_full_blocks(entry, full)
         if kept:
             self.pool.keep_content_unchecked(kept)  # newly indexed; hits, duplicates are not
         entry.num_registered = full
 
-    def _bind_policy(self, eviction: PolicySpec, hooks: object) -> PolicySpec:
-        """The pool's policy, told what blocks hold (its ghosts and sketches key by content);
-        over a radix tree, made to evict leaves only."""
+    # -- the parts a subclass may replace (the course layer plugs a learner's in) ---------
+
+    def _new_pool(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        blocks_per_page: int | None,
+        allocation: Allocation,
+        eviction: PolicySpec,
+        on_evict: Callable[[int], None] | None,
+    ) -> CachingPool:
+        """The pool the manager allocates from: a `BlockPool`."""
+        return BlockPool(
+            num_blocks,
+            block_size,
+            blocks_per_page=blocks_per_page,
+            allocation=allocation,
+            eviction=eviction,
+            on_evict=on_evict,
+        )
+
+    def _prefix_hits(self, seq: TokenSequence) -> list[int]:
+        """Cached blocks of the longest hit prefix of `seq` (never its last token); read-only."""
         if self.prefix_cache is None:
-            return eviction
-        if isinstance(self.prefix_cache, RadixCache) and hooks is not None:
-            raise InvalidArgument(
-                "the learner hooks (block_hasher, prefix_lookup, allocate_table) are parts of "
-                "the hash chain; use them with prefix_index='hash'."
+            return []
+        max_hits = (len(seq.token_ids) - 1) // self.block_size  # the last token is computed
+        return self.prefix_cache.match(seq, max_hits)
+
+    def _new_table(self, seq_id: SeqId, hit_blocks: list[int], num_tokens: int) -> list[int]:
+        """A new sequence's block table for `num_tokens` tokens: the prefix hits (shared)
+        then fresh blocks; `OutOfBlocks` and no change if they do not fit."""
+        hits = len(hit_blocks)
+        need = blocks_needed(num_tokens, self.block_size) - hits
+        available = self.pool.num_available
+        if need + hits > available:  # cached hits come back to use: count them
+            available -= self.pool.count_unreferenced(hit_blocks)
+        if need > available:
+            hit_note = f" ({hits} more are prefix hits)" if hits else ""
+            raise OutOfBlocks(
+                f"sequence {seq_id!r} needs {need} new blocks{hit_note} but only {available} "
+                "can be had; free or preempt a sequence, or use a bigger pool.",
+                requested=need,
+                available=available,
             )
-        policy = make_policy(eviction)
-        if isinstance(self.prefix_cache, RadixCache):
-            policy = LeafFirst(policy, self.prefix_cache)
-        policy.key_of = self.prefix_cache.content_key
-        return policy
+        self.pool.share_unchecked(hit_blocks)  # in use now: the allocation cannot evict them
+        table = list(hit_blocks)
+        hit_tokens = hits * self.block_size
+        grow_block_table(self.pool, table, hit_tokens, num_tokens - hit_tokens)
+        return table
+
+    def _index_full_blocks(self, entry: SequenceEntry, full: int) -> list[int]:
+        """Index `entry`'s full blocks from `entry.num_registered` up to `full`; return the
+        blocks newly indexed (the caller keeps their content)."""
+        if self.prefix_cache is None:
+            return []
+        kept, entry.index_path = self.prefix_cache.register_blocks(
+            entry.seq, entry.block_table, entry.num_registered, full, entry.index_path
+        )
+        return kept
 
     def __repr__(self) -> str:
         return f"KVCacheManager({len(self._seqs)} sequences, {self.pool!r})"

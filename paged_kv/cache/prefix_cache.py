@@ -6,9 +6,11 @@ holds its content (in use or cached) and forgotten when the pool evicts it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import repeat
+from types import MappingProxyType
 
+from paged_kv.cache.eviction import EvictionPolicy
 from paged_kv.cache.hashing import BlockHash
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.validation import require_positive_int
@@ -21,8 +23,8 @@ class PrefixCache:
     either registered it). The first registered keeps the hash; the second is not indexed,
     stays private to its sequence and is freed, not cached, when released.
 
-    The manager talks to its prefix index through `match`, `register_blocks`, `share_path`,
-    `release_path`, `forget` and `content_key`, which `RadixCache` implements too; `block_size`
+    The manager talks to it as a `PrefixIndex` (`match`, `register_blocks`, `share_path`,
+    `release_path`, `forget`, `content_key`, `guard_policy`), as to `RadixCache`; `block_size`
     is needed for those (the hash-level calls below work without it).
     """
 
@@ -72,6 +74,10 @@ class PrefixCache:
         """What eviction policies remember a block's content by: its hash."""
         return self._hash_of.get(block_id)
 
+    def guard_policy(self, policy: EvictionPolicy) -> EvictionPolicy:
+        """The pool's policy as it is: any cached block may go (a chain has no inner nodes)."""
+        return policy
+
     def _size(self) -> int:
         if self.block_size is None:
             raise TypeError("PrefixCache(block_size) is needed to match or register sequences.")
@@ -96,6 +102,10 @@ class PrefixCache:
         self._block_of[block_hash] = block_id
         self._hash_of[block_id] = block_hash
         return True
+
+    def block_of_hash(self) -> Mapping[BlockHash, int]:
+        """hash -> block id of every indexed block: a read-only live view."""
+        return MappingProxyType(self._block_of)
 
     def hash_of(self, block_id: int) -> BlockHash | None:
         """The hash a block is indexed under, if any."""

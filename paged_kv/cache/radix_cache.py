@@ -27,7 +27,7 @@ stops there), so that a node's children are always held by whoever holds the nod
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from paged_kv.cache.eviction import EvictionPolicy
@@ -192,6 +192,10 @@ class RadixCache:
         the namespace and every token up to the block's end (not a security boundary)."""
         return self._key_of.get(block_id)
 
+    def guard_policy(self, policy: EvictionPolicy) -> EvictionPolicy:
+        """The pool's policy, made to evict leaves only (see `LeafFirst`)."""
+        return LeafFirst(policy, self)
+
     # -- questions leaf-first eviction and the views ask ---------------------------------
 
     def is_leaf(self, block_id: int) -> bool:
@@ -270,7 +274,9 @@ class RadixCache:
         size = self.block_size
         upper = RadixNode(node.parent, node.tokens[: n * size], node.blocks[:n], node.lock)
         key = tuple(node.tokens[:size])
-        node.parent.children[key] = upper  # type: ignore[union-attr]
+        parent = node.parent
+        assert parent is not None  # only a node below a root holds blocks to split
+        parent.children[key] = upper
         del node.tokens[: n * size], node.blocks[:n]
         node.parent = upper
         upper.children[tuple(node.tokens[:size])] = node
@@ -327,15 +333,6 @@ class LeafFirst(EvictionPolicy):
         self.index = index
         self.name = inner.name
         self.deferred = 0
-
-    @property  # type: ignore[override]
-    def key_of(self) -> Callable[[int], Hashable] | None:
-        """The inner policy's content key (binding it here binds the inner policy's)."""
-        return self.inner.key_of
-
-    @key_of.setter
-    def key_of(self, value: Callable[[int], Hashable] | None) -> None:
-        self.inner.key_of = value
 
     def touch(self, block_id: int) -> None:
         self.inner.touch(block_id)

@@ -245,7 +245,7 @@ class WTinyLFU(EvictionPolicy):
         return len(window) + len(probation) + len(protected)
 
     def __contains__(self, block_id: object) -> bool:
-        segment = self._segment.get(block_id)  # type: ignore[arg-type]
+        segment = self._segment.get(block_id) if isinstance(block_id, int) else None
         return segment is not None and block_id in self._segments[segment]
 
     def _track(self, block_id: int) -> None:

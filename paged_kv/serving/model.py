@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -237,6 +237,8 @@ class TinyLM(nn.Module):
     """A Llama-style causal LM. `forward` runs an engine step on the paged cache;
     `forward_dense` runs one whole sequence with no cache (the reference)."""
 
+    inv_freq: torch.Tensor  # a buffer (register_buffer below), not a parameter
+
     def __init__(self, config: ModelConfig | None = None, *, seed: int = 0) -> None:
         super().__init__()
         c = self.config = config or ModelConfig()
@@ -326,7 +328,7 @@ def greedy_dense(model: TinyLM, prompt: Sequence[int], max_new_tokens: int) -> l
     return tokens[len(prompt) :]
 
 
-def from_hf(hf_model: nn.Module) -> TinyLM:
+def from_hf(hf_model: Any) -> TinyLM:
     """A `TinyLM` with the weights of a Hugging Face Llama-family causal LM.
 
     Works for LlamaForCausalLM and models with the same layout (SmolLM, Qwen2, Mistral

@@ -339,7 +339,9 @@ class Scheduler:
         fits (the append is all or nothing); False if `request` was preempted itself."""
         while True:
             try:
-                self.manager.append_tokens(request.request_id, [request.pending_token])
+                token = request.pending_token
+                assert token is not None  # only a request with a token to append gets here
+                self.manager.append_tokens(request.request_id, [token])
             except OutOfBlocks:
                 victim = self.running[-1]
                 self.preempt(

@@ -174,12 +174,15 @@ class _Memory(Protocol):
 
     def admit(self, index: int, request: Request, tokens: int) -> _Running | None:
         """Start `request` with `tokens` stored, or None when it does not fit now."""
+        ...
 
     def grow(self, run: _Running) -> bool:
         """Store one more token of `run`, or return False when a block is missing."""
+        ...
 
     def release(self, run: _Running) -> None:
         """Give back every slot `run` holds."""
+        ...
 
 
 class _ContiguousMemory:
@@ -190,7 +193,7 @@ class _ContiguousMemory:
 
     def __init__(self, scheme: Scheme, capacity: int, max_len: int) -> None:
         self.capacity = capacity
-        self._scheme = scheme
+        self._scheme: Scheme = scheme
         self._max_len = max_len
         self._arena = _ContiguousArena(capacity)
 

@@ -14,6 +14,7 @@ from itertools import pairwise
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.cache.manager import KVCacheManager
+from paged_kv.cache.prefix_index import PrefixIndexName
 from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int
 
@@ -235,7 +236,7 @@ def replay_requests(
     num_blocks: int,
     block_size: int = 16,
     eviction: PolicySpec = "lru",
-    prefix_index: str = "hash",
+    prefix_index: PrefixIndexName = "hash",
 ) -> PrefillStats:
     """Serve (prompt, answer) requests one after another on a prefix-caching manager.
 

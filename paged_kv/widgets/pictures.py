@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from paged_kv.widgets.theme import (
     INK,
@@ -306,8 +307,11 @@ def render_online_softmax(scores: Sequence[float], values: Sequence[float], tile
     return card(table + note, "paged-kv-softmax", title=f"online softmax, tiles of {tile}")
 
 
+RequestId = TypeVar("RequestId", bound=Hashable)
+
+
 def render_gantt(
-    phases: Mapping[Hashable, Sequence[str | None]], *, current: int | None = None, width: int = 10
+    phases: Mapping[RequestId, Sequence[str | None]], *, current: int | None = None, width: int = 10
 ) -> str:
     """Requests as rows on a step axis: each step's cell is waiting, prefill, decode or
     preempted (blank: not yet arrived or finished). `current` marks a step. Runs carry

@@ -15,6 +15,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from paged_kv.cache.manager import KVCacheManager
+from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.radix_cache import RadixCache
 from paged_kv.cache.snapshot import PoolSnapshot
 from paged_kv.study.operations import Operation
 from paged_kv.widgets.theme import (
@@ -77,12 +79,15 @@ def _frame(
     manager: KVCacheManager, seen: dict[Hashable, TreeNode], step: int, what: str
 ) -> TreeFrame:
     index = manager.prefix_cache
-    radix = hasattr(index, "nodes")
-    current = _radix_nodes(manager) if radix else _hash_nodes(manager)
-    if not radix:  # blocks no live sequence holds: still indexed (cached) or evicted
+    if isinstance(index, RadixCache):
+        current = _radix_nodes(manager, index)
+    else:
+        assert isinstance(index, PrefixCache)  # the manager's two indexes; checked on entry
+        current = _hash_nodes(manager, index)
+        # blocks no live sequence holds: still indexed (cached) or evicted
         for key, node in seen.items():
             if key not in current and node.state != "evicted":
-                found = index.longest_prefix([key])
+                found = index.longest_prefix([key]) if isinstance(key, bytes) else []
                 if found:
                     state, ref = _state(manager, found[0])
                     current[key] = TreeNode(key, node.parent, node.depth, node.tokens, found[0],
@@ -102,9 +107,9 @@ def _state(manager: KVCacheManager, block: int) -> tuple[str, int]:
     return ("in_use" if ref else "cached"), ref
 
 
-def _hash_nodes(manager: KVCacheManager) -> dict[Hashable, TreeNode]:
+def _hash_nodes(manager: KVCacheManager, index: PrefixCache) -> dict[Hashable, TreeNode]:
     """Registered blocks of the live sequences, and cached ones still indexed."""
-    index, size = manager.prefix_cache, manager.block_size
+    size = manager.block_size
     found: dict[Hashable, TreeNode] = {}
     for seq in manager.sequence_ids:
         tokens = manager.token_ids(seq)
@@ -120,9 +125,9 @@ def _hash_nodes(manager: KVCacheManager) -> dict[Hashable, TreeNode]:
     return found
 
 
-def _radix_nodes(manager: KVCacheManager) -> dict[Hashable, TreeNode]:
+def _radix_nodes(manager: KVCacheManager, index: RadixCache) -> dict[Hashable, TreeNode]:
     """Every block of the radix tree, keyed by its tokens from the root."""
-    index, size = manager.prefix_cache, manager.block_size
+    size = manager.block_size
     found: dict[Hashable, TreeNode] = {}
     path_of: dict[int, tuple[int, ...]] = {}  # id(node) -> tokens from the root to its end
     for number, (_depth, node) in enumerate(index.nodes()):

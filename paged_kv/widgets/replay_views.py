@@ -8,7 +8,7 @@ through its queues, map and timeline.
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import ipywidgets as widgets
 
@@ -56,7 +56,7 @@ class OperationStepper(Stepper):
             self.owners += [s for s in snap.block_tables if s not in self.owners]
         self.kind = view
         if view == "grid":
-            self.view: widgets.Widget = PoolGrid(self.snapshots[0], self.owners)
+            self.view: PoolGrid | widgets.HTML = PoolGrid(self.snapshots[0], self.owners)
         else:
             self.view = widgets.HTML()
         super().__init__(len(self.snapshots), [self.view], start)
@@ -105,7 +105,7 @@ class PrefixTreeView(Stepper):
             self.owners += [s for s in snap.block_tables if s not in self.owners]
         self.tree = widgets.HTML()
         self.map = widgets.HTML()
-        body = [self.tree, self.map] if show_map else [self.tree]
+        body: list[widgets.Widget] = [self.tree, self.map] if show_map else [self.tree]
         super().__init__(len(self.frames), body, start)
         self.add_class("paged-kv-tree-view")
 
@@ -142,9 +142,11 @@ class TraceReplayView(Stepper):
         start: int | str = "first_eviction",
     ) -> None:
         if trace and not isinstance(trace[0], int):
-            self.requests = [tuple(r) for r in trace]  # type: ignore[arg-type]
+            requests = cast("Sequence[Sequence[int]]", trace)  # its first item is a request
+            self.requests = [tuple(r) for r in requests]
         else:
-            self.requests = split_requests(list(trace), request_blocks or 1)  # type: ignore[arg-type]
+            flat = cast("Sequence[int]", trace)  # a flat trace of block keys
+            self.requests = split_requests(list(flat), request_blocks or 1)
         self.policy_name = make_policy(policy).name if isinstance(policy, str) else str(policy)
         self.frames = eviction_replay(self.requests, capacity, policy)
         self.prefix_keys = (

@@ -42,6 +42,8 @@ class StaticPicture:
         return ""
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        # a mixin: the ipywidgets class it is mixed into (before it in each view's bases, e.g.
+        # `class PoolGrid(StaticPicture, widgets.VBox)`) has the method; the checker sees object
         bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
         if not bundle:
             return bundle

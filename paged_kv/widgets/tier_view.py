@@ -74,7 +74,9 @@ class BlockSourcesView(StaticPicture, widgets.VBox):
         self.refresh()
 
     def refresh(self) -> None:
-        self.html.value = render_block_sources_html(self.engine.connector.block_sources)
+        connector = self.engine.connector
+        assert connector is not None  # refused in __init__ otherwise
+        self.html.value = render_block_sources_html(connector.block_sources)
 
     def static_html(self) -> str:
         return self.html.value

@@ -1,7 +1,7 @@
 """Chapter 04 checks: the chained block hash and its encoding, the longest cached prefix, and
 the all-or-nothing add that shares it (fit check before any reference).
 
-The learner's three parts plug into `KVCacheManager(block_hasher=, prefix_lookup=,
+The learner's three parts plug into `learner_manager(block_hasher=, prefix_lookup=,
 allocate_table=)`; `check_prefix_parts` runs them there against the library's own.
 """
 

@@ -41,6 +41,7 @@ def check_prefix_parts(
     on multi-tenant traffic with shared system prompts, hit exactly what the library's parts
     hit (under the same eviction policy)."""
     from paged_kv.cache.manager import KVCacheManager
+    from paged_kv.course.learner_manager import learner_manager
 
     _expect_signature(block_hasher)
     sample = call("block_hasher(list(range(10)), 4)", block_hasher, list(range(10)), 4)
@@ -74,8 +75,8 @@ def check_prefix_parts(
     systems = [[rng.randrange(300) for _ in range(rng.randint(8, 20))] for _ in range(3)]
     ours = KVCacheManager(40, 4, eviction=eviction)  # the same policy: the same victims
     theirs = call(
-        "KVCacheManager(40, 4, ...) with your parts",
-        KVCacheManager,
+        "learner_manager(40, 4, ...) with your parts",
+        learner_manager,
         40,
         4,
         eviction=eviction,

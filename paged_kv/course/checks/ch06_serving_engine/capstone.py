@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course.checks.ch06_serving_engine.workloads import SYSTEM_PROMPT, sensitive_model
 from paged_kv.course.checks.failures import (
     CheckFailed,
@@ -18,6 +17,7 @@ from paged_kv.course.checks.failures import (
     passed,
     stub_of,
 )
+from paged_kv.course.learner_manager import learner_manager
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import greedy_dense
 from paged_kv.serving.scheduler import SamplingParams, Scheduler
@@ -36,7 +36,7 @@ def _engine_on(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
         eviction=parts.get("eviction") or "lru",
         scheduler=scheduler_cls,
         attention=parts.get("attention"),
-        manager_factory=functools.partial(KVCacheManager, **hooks),
+        manager_factory=functools.partial(learner_manager, **hooks),
     )
 
 

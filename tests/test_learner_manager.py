@@ -1,6 +1,7 @@
-"""The engine and the manager take the learner's parts through public hooks: a pool, a block
-hasher, a prefix lookup, a table allocator, a decode attention function (and, as before, an
-eviction policy and a scheduler), and serve exactly as with the library's own parts."""
+"""`learner_manager` runs the manager on the learner's parts (a pool, a block hasher, a prefix
+lookup, a table allocator), and the engine takes them with a decode attention function (and, as
+before, an eviction policy and a scheduler): they serve exactly as the library's own parts, and
+a wrong part fails loudly, naming itself."""
 
 import functools
 import hashlib
@@ -10,10 +11,12 @@ import struct
 import pytest
 import torch
 
-from paged_kv import BlockPool, InvalidArgument, InvalidBlock, KVCacheManager, OutOfBlocks
+from paged_kv import InvalidArgument, KVCacheManager, OutOfBlocks
 from paged_kv.attention import reference_decode
 from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.eviction import LFU
+from paged_kv.cache.ref_count_pool import RefCountPool
+from paged_kv.course.learner_manager import LearnerManager, learner_manager
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import ModelConfig, TinyLM, greedy_dense
 
@@ -91,70 +94,6 @@ ALL_HOOKS = dict(
 )
 
 
-def _pool_ops(seed):
-    rng = random.Random(seed)
-    return [(rng.choice("aaksrrk"), rng.random()) for _ in range(200)]
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_a_caching_pool_over_a_plain_pool_counts_like_block_pool(seed):
-    evicted = {"theirs": [], "ours": []}
-    ours = BlockPool(12, 4, eviction="lru", on_evict=evicted["ours"].append)
-    theirs = CachingPool(PlainPool(12, 4), 12, 4, eviction="lru", on_evict=evicted["theirs"].append)
-    held = {"ours": [], "theirs": []}  # the same logical blocks, side by side
-    for op, x in _pool_ops(seed):
-        pools = {"ours": ours, "theirs": theirs}
-        if op == "a":
-            n = int(x * 4)
-            if n > ours.num_available:
-                for pool in pools.values():
-                    with pytest.raises(OutOfBlocks):
-                        pool.allocate(n)
-                continue
-            for name, pool in pools.items():
-                held[name].extend(pool.allocate(n))
-        elif held["ours"]:
-            i = int(x * len(held["ours"]))
-            pair = {name: held[name][i] for name in pools}
-            if op == "k":
-                for name, pool in pools.items():
-                    pool.keep_content([pair[name]])
-            elif op == "s":
-                for name, pool in pools.items():
-                    pool.share([pair[name]])
-                    held[name].append(pair[name])
-            else:
-                for name, pool in pools.items():
-                    pool.release([held[name].pop(i)])
-        assert (theirs.num_free, theirs.num_cached, theirs.num_in_use) == (
-            ours.num_free,
-            ours.num_cached,
-            ours.num_in_use,
-        )
-        assert len(evicted["theirs"]) == len(evicted["ours"])
-        assert sorted(theirs.ref_count(b) for b in held["theirs"]) == sorted(
-            ours.ref_count(b) for b in held["ours"]
-        )
-
-
-def test_a_caching_pool_refuses_what_block_pool_refuses():
-    pool = CachingPool(PlainPool(4, 4), 4, 4)
-    a, b = pool.allocate(2)
-    pool.keep_content([a])
-    pool.release([a])
-    assert pool.ref_count(a) == 0 and pool.num_cached == 1
-    with pytest.raises(InvalidBlock):
-        pool.release([a])  # cached: no reference left to drop
-    with pytest.raises(InvalidBlock):
-        pool.share([3])  # free
-    with pytest.raises(InvalidBlock):
-        pool.release([b, b])
-    with pytest.raises(InvalidBlock):
-        pool.release([-1])
-    pool.share([a])  # a hit revives the cached block
-    assert pool.ref_count(a) == 1 and pool.num_cached == 0
-
-
 def _prefix_trace(seed):
     rng = random.Random(seed)
     systems = [[rng.randrange(50) for _ in range(rng.randint(4, 12))] for _ in range(3)]
@@ -172,7 +111,8 @@ def _prefix_trace(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_a_manager_on_the_learners_parts_hits_like_the_library(hooks, seed):
     ours = KVCacheManager(24, 4, eviction="lfu")
-    theirs = KVCacheManager(24, 4, eviction="lfu", **hooks)
+    theirs = learner_manager(24, 4, eviction="lfu", **hooks)
+    assert isinstance(theirs, LearnerManager)
     live = []
     for i, (tokens, salt, x) in enumerate(_prefix_trace(seed)):
         fits = ours.can_allocate(len(tokens)) and x < 0.8
@@ -201,18 +141,29 @@ def test_a_manager_on_the_learners_parts_hits_like_the_library(hooks, seed):
 
 
 def test_a_wrong_hook_fails_loudly_and_names_itself():
-    manager = KVCacheManager(16, 4, prefix_lookup=lambda index, hashes, n, size: [])
+    manager = learner_manager(16, 4, prefix_lookup=lambda index, hashes, n, size: [])
     manager.add_sequence("a", list(range(9)))
     with pytest.raises(InvalidArgument, match="prefix_lookup returned"):
         manager.add_sequence("b", list(range(9)))
     with pytest.raises(InvalidArgument, match="block_hasher returned"):
-        KVCacheManager(16, 4, block_hasher=lambda t, s, salt=None: []).add_sequence("a", [1] * 9)
-    greedy = KVCacheManager(16, 4, allocate_table=lambda pool, hits, n: pool.allocate(n))
+        learner_manager(16, 4, block_hasher=lambda t, s, salt=None: []).add_sequence("a", [1] * 9)
+    greedy = learner_manager(16, 4, allocate_table=lambda pool, hits, n: pool.allocate(n))
     greedy.add_sequence("a", list(range(9)))
     with pytest.raises(InvalidArgument, match="allocate_table returned"):
         greedy.add_sequence("b", list(range(9)))
     with pytest.raises(InvalidArgument, match="pages"):
-        KVCacheManager(16, 4, pool=PlainPool, blocks_per_page=4)
+        learner_manager(16, 4, pool=PlainPool, blocks_per_page=4)
+    with pytest.raises(InvalidArgument, match="hash chain"):
+        learner_manager(8, 4, prefix_index="radix", block_hasher=my_hashes)
+
+
+def test_without_parts_it_is_the_library_manager_and_a_pool_alone_works_on_a_radix_index():
+    assert type(learner_manager(8, 4)) is KVCacheManager
+    manager = learner_manager(8, 4, pool=PlainPool, prefix_index="radix")
+    manager.add_sequence("a", list(range(9)))
+    manager.free_sequence("a")
+    manager.add_sequence("b", list(range(9)))
+    assert manager.num_cached_tokens("b") == 8 and isinstance(manager.pool.base, PlainPool)
 
 
 def test_the_engine_serves_dense_tokens_on_the_learners_parts():
@@ -231,7 +182,7 @@ def test_the_engine_serves_dense_tokens_on_the_learners_parts():
         block_size=4,
         eviction=LFU,
         attention=my_decode,
-        manager_factory=functools.partial(KVCacheManager, **ALL_HOOKS),
+        manager_factory=functools.partial(learner_manager, **ALL_HOOKS),
     )
     out = engine.generate(prompts, 12)
     assert [c.token_ids for c in out] == [greedy_dense(model, p, 12) for p in prompts]
@@ -251,14 +202,7 @@ def test_the_decode_hook_is_what_decodes():
     assert len(calls) == 5 * 2  # every decode step (the first token comes from the prefill)
 
 
-def test_caching_pool_has_every_pool_call_the_manager_makes():
-    """The manager may only call on its pool what CachingPool offers too (pool= would break)."""
-    import re
-    from pathlib import Path
-
-    import paged_kv.cache.manager as manager_module
-
-    used = set(re.findall(r"self\.pool\.(\w+)", Path(manager_module.__file__).read_text()))
-    pool = KVCacheManager(8, 4, pool=BlockPool).pool  # a CachingPool over a plain pool
-    assert isinstance(pool, CachingPool)
-    assert used and not used - set(dir(pool)), sorted(used - set(dir(pool)))
+def test_a_learners_pool_gets_the_caching_layer_the_library_pool_gets():
+    pool = learner_manager(8, 4, pool=RefCountPool).pool
+    assert type(pool) is CachingPool and isinstance(pool.base, RefCountPool)
+    assert type(KVCacheManager(8, 4).pool).__mro__[1] is CachingPool  # BlockPool: the same layer

@@ -1,0 +1,205 @@
+"""The caching layer wraps any reference-counted pool the same way: over a learner-style pool
+(chapter 01's design: a stack of free ids) it answers every call as `BlockPool` (the same layer
+over the library's `RefCountPool`) does, on the same logical blocks."""
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paged_kv import BlockPool, InvalidBlock, OutOfBlocks
+from paged_kv.cache.caching_pool import CachingPool
+from paged_kv.cache.ref_count_pool import RefCountPool
+from paged_kv.cache.snapshot import BlockState
+
+
+class StackPool:
+    """A learner-style pool (chapter 01's solution's design): reference counts and a stack of
+    free ids, every call checked all or nothing. Its ids come out in another order than the
+    library's FIFO free list, so the tests pair blocks up logically."""
+
+    def __init__(self, num_blocks, block_size=16):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.ref = [0] * num_blocks
+        self.free_ids = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free(self):
+        return len(self.free_ids)
+
+    def ref_count(self, b):
+        if not 0 <= b < self.num_blocks:
+            raise InvalidBlock(f"block {b} is not mine")
+        return self.ref[b]
+
+    def allocate(self, n=1):
+        if n > len(self.free_ids):
+            raise OutOfBlocks("short", requested=n, available=len(self.free_ids))
+        ids = [self.free_ids.pop() for _ in range(n)]
+        for b in ids:
+            self.ref[b] = 1
+        return ids
+
+    def share(self, ids):
+        if any(not 0 <= b < self.num_blocks or not self.ref[b] for b in ids):
+            raise InvalidBlock("not in use")
+        for b in ids:
+            self.ref[b] += 1
+
+    def release(self, ids):
+        for b, times in Counter(ids).items():
+            if not 0 <= b < self.num_blocks or times > self.ref[b]:
+                raise InvalidBlock("double free")
+        freed = []
+        for b in ids:
+            self.ref[b] -= 1
+            if not self.ref[b]:
+                self.free_ids.append(b)
+                freed.append(b)
+        return freed
+
+
+POOL_OPS = st.lists(
+    st.tuples(st.sampled_from("aaksrrRde"), st.floats(0, 0.999), st.integers(1, 3)),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(POOL_OPS)
+def test_a_learners_pool_under_the_caching_layer_behaves_as_block_pool(ops):
+    """Side by side on the same logical blocks: allocations, releases (their answers too),
+    refusals, sizes, states, ref counts, evictions and snapshots agree with BlockPool's."""
+    n = 8
+    evicted = {"ours": [], "theirs": []}
+    pools = {
+        "ours": BlockPool(n, 4, eviction="lru", on_evict=evicted["ours"].append),
+        "theirs": CachingPool(StackPool(n, 4), on_evict=evicted["theirs"].append),
+    }
+    held = {"ours": [], "theirs": []}  # the same logical references, side by side
+    kept: list[tuple[int, int]] = []  # (ours, theirs): the same kept block, until evicted
+    to_theirs: dict[int, int] = {}  # our block -> theirs, for what both return
+
+    def agree():
+        ours, theirs = pools["ours"], pools["theirs"]
+        for query in ("num_free", "num_cached", "num_in_use", "num_available", "num_pages"):
+            assert getattr(theirs, query) == getattr(ours, query), query
+        assert theirs.evictions == ours.evictions
+        gone = {name: set(ids) for name, ids in evicted.items()}
+        assert {b for a, b in kept if a in gone["ours"]} == gone["theirs"]
+        kept[:] = [(a, b) for a, b in kept if a not in gone["ours"]]
+        evicted["ours"].clear()
+        evicted["theirs"].clear()
+        for a, b in [*zip(held["ours"], held["theirs"], strict=True), *kept]:
+            assert theirs.ref_count(b) == ours.ref_count(a)
+            assert theirs.is_shared(b) == ours.is_shared(a)
+            assert theirs.state(b) == ours.state(a)
+        snaps = {name: pool.snapshot() for name, pool in pools.items()}
+        for state in BlockState:
+            assert snaps["theirs"].count(state) == snaps["ours"].count(state)
+
+    def both(call):
+        """`call(name, pool)` on both pools: the same answer (mapped) or the same refusal."""
+        results = {}
+        for name, pool in pools.items():
+            before = pool.snapshot()
+            try:
+                results[name] = call(name, pool)
+            except (InvalidBlock, OutOfBlocks) as error:
+                assert pool.snapshot() == before  # all or nothing
+                results[name] = type(error)
+        return results
+
+    for op, x, k in ops:
+        i = int(x * len(held["ours"])) if held["ours"] else 0
+        if op == "a":
+            got = both(lambda name, pool, k=k: pool.allocate(k))
+            if got["ours"] is OutOfBlocks:
+                assert got["theirs"] is OutOfBlocks
+            else:
+                to_theirs.update(zip(got["ours"], got["theirs"], strict=True))
+                for name in pools:
+                    held[name].extend(got[name])
+        elif op == "e":
+            got = both(lambda name, pool: pool.evict_all_cached())
+            assert got["theirs"] == got["ours"]
+        elif op == "d" and held["ours"]:  # a double free: refused by both, nothing changes
+            got = both(lambda name, pool, i=i, k=k: pool.release([held[name][i]] * (k + 3)))
+            assert got["ours"] is got["theirs"] is InvalidBlock
+        elif op == "R" and len(held["ours"]) >= 2:  # a batch, several blocks at once
+            got = both(lambda name, pool: pool.release([held[name].pop(), held[name].pop()]))
+            assert [to_theirs[b] for b in got["ours"]] == got["theirs"]
+        elif held["ours"]:
+            pair = {name: held[name][i] for name in pools}
+            if op == "k" and (pair["ours"], pair["theirs"]) not in kept:
+                kept.append((pair["ours"], pair["theirs"]))
+            if op == "k":
+                both(lambda name, pool, pair=pair: pool.keep_content([pair[name]]))
+            elif op == "s":
+                both(lambda name, pool, pair=pair: pool.share([pair[name]]))
+                for name in pools:
+                    held[name].append(pair[name])
+            else:
+                got = both(lambda name, pool, i=i: pool.release([held[name].pop(i)]))
+                assert [to_theirs[b] for b in got["ours"]] == got["theirs"]
+        agree()
+
+
+@pytest.mark.parametrize("bad", [-1, 8, "3", 2.5, None])
+def test_the_caching_layer_refuses_ids_that_are_not_its_own(bad):
+    pool = CachingPool(StackPool(8, 4))
+    pool.allocate(8)
+    for call in (
+        lambda: pool.ref_count(bad),
+        lambda: pool.state(bad),
+        lambda: pool.is_shared(bad),
+        lambda: pool.share([bad]),
+        lambda: pool.release([bad]),
+        lambda: pool.keep_content([bad]),
+    ):
+        with pytest.raises(InvalidBlock):
+            call()
+    assert [pool.ref_count(b) for b in range(8)] == [1] * 8  # nothing changed
+
+
+def test_a_cached_block_has_no_reference_to_drop_or_keep_and_a_hit_revives_it():
+    pool = CachingPool(StackPool(4, 4))
+    a, _ = pool.allocate(2)
+    pool.keep_content([a])
+    assert pool.release([a]) == [a] and pool.num_cached == 1 and pool.ref_count(a) == 0
+    for call in (pool.release, pool.keep_content):
+        with pytest.raises(InvalidBlock):
+            call([a])
+    with pytest.raises(InvalidBlock, match="free"):
+        pool.share([3])
+    pool.share([a])
+    assert pool.ref_count(a) == 1 and pool.num_cached == 0 and pool.base.ref_count(a) == 1
+
+
+def test_a_kept_block_holds_one_reference_below_whatever_its_holders():
+    """The layer's one reference below stands for all holders of a kept block; eviction for an
+    allocation hands it on, a reset gives it back."""
+    base = RefCountPool(4, 4)
+    pool = CachingPool(base)
+    [a] = pool.allocate(1)
+    pool.share([a, a])
+    pool.keep_content([a])
+    assert (pool.ref_count(a), base.ref_count(a)) == (3, 1)
+    pool.release([a, a, a])
+    assert pool.state(a) is BlockState.CACHED and base.ref_count(a) == 1
+    assert pool.allocate(4)[-1] == a  # evicted last: three free blocks came first
+    assert pool.state(a) is BlockState.IN_USE and base.ref_count(a) == 1
+    pool.keep_content([a])
+    pool.release([a])
+    assert pool.evict_all_cached() == 1 and base.ref_count(a) == 0 and base.num_free == 1
+
+
+def test_a_release_answers_in_the_order_blocks_lost_their_last_reference():
+    pool = BlockPool(8, 4)
+    kept, plain, other = pool.allocate(3)
+    pool.keep_content([kept])
+    pool.share([plain])
+    assert pool.release([plain, kept, other, plain]) == [kept, other, plain]
+    assert pool.release_unchecked([]) == []
