@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from functools import cached_property
 from math import prod
+from typing import TypeGuard
 
 from paged_kv.errors import CorruptBlock, InvalidArgument
 from paged_kv.validation import require_int, require_positive_int
@@ -405,7 +406,7 @@ def parse_key(key: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _is_namespace(value: object) -> bool:
+def _is_namespace(value: object) -> TypeGuard[str]:
     return (
         isinstance(value, str)
         and _NAMESPACE.fullmatch(value) is not None
