@@ -487,3 +487,22 @@ def test_a_recorder_passed_as_metrics_gets_the_tiers_reports():
     store = TieredStore([HostTier(1 << 20)], metrics=recorder)
     save_blocks(store, 2)
     assert ("host", "put", "ok", 2) in recorder.ops
+
+
+def test_an_engine_on_an_authenticated_store_serves_its_own_blocks():
+    from tiers_helpers import BLOCK, model, question, reference_tokens, system_prompt
+
+    from paged_kv.serving.engine import Engine
+    from paged_kv.tiers import fingerprint_model
+
+    prompt = system_prompt(64) + question("Who may write here?")
+    host = HostTier(1 << 22)
+    store = TieredStore([host], secret=SECRET)
+    for _ in range(2):  # the second engine's device pool is empty: its hits come from host
+        engine = Engine(model(), num_blocks=64, block_size=BLOCK, store=store)
+        assert engine.generate([prompt], 4)[0].token_ids == reference_tokens([prompt], 4)[0]
+    loadable = (len(prompt) - 1) // BLOCK * BLOCK
+    assert store.metrics.snapshot().hits["host"] == loadable and host.stats().corrupt == 0
+    (key, *_) = host.stored_keys()
+    payload = fingerprint_model(model(), BLOCK).payload_bytes
+    assert len(host.get_many([key])[0]) == 112 + payload + 32, "every blob carries its tag"
