@@ -71,3 +71,20 @@ def test_a_pair_that_is_not_str_and_bytes_is_refused_before_anything_is_stored(i
     with pytest.raises(InvalidArgument, match="str and bytes"):
         tier.put_many([(KEYS[1], blob(1)), item])
     assert tier.usage() == (0, 0) and tier.stored_keys() == []
+
+
+def test_a_read_refreshes_a_blocks_recency_and_a_miss_refreshes_nothing():
+    tier = HostTier(20)  # room for two blobs of 10
+    a, b, c, d = KEYS[:4]
+    tier.put_many([(a, blob(0))])
+    tier.put_many([(b, blob(1))])
+    assert tier.get_many([a, d]) == [blob(0), None]  # a is now the most recent
+    tier.put_many([(c, blob(2))])
+    assert sorted(tier.stored_keys()) == sorted([a, c]), "b, not the block just read, goes"
+
+
+def test_deletes_are_counted_by_the_keys_removed():
+    tier = HostTier(100)
+    tier.put_many([(KEYS[0], blob(0)), (KEYS[1], blob(1))])
+    assert tier.delete([KEYS[0], KEYS[1], KEYS[2]]) == 2
+    assert tier.stats().count("delete", "ok") == 2
