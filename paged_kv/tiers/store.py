@@ -337,7 +337,8 @@ class _Writer(threading.Thread):
         self._cond = threading.Condition()
 
     def start(self) -> None:
-        _LIVE_WRITERS.add(self)
+        with _LIVE_LOCK:
+            _LIVE_WRITERS.add(self)
         super().start()
 
     @property
@@ -365,7 +366,8 @@ class _Writer(threading.Thread):
         try:
             self._drain()
         finally:
-            _LIVE_WRITERS.discard(self)
+            with _LIVE_LOCK:
+                _LIVE_WRITERS.discard(self)
 
     def _drain(self) -> None:
         while True:
@@ -413,13 +415,15 @@ class _Writer(threading.Thread):
 
 
 _LIVE_WRITERS: set[_Writer] = set()  # writers whose thread runs (of stores never closed too)
+_LIVE_LOCK = threading.Lock()
 
 
 @atexit.register
 def _flush_at_exit() -> None:
     """Give unclosed stores' queued writes up to `EXIT_FLUSH_S` to finish, then say how many
     are lost (daemon threads die with the interpreter)."""
-    writers = list(_LIVE_WRITERS)
+    with _LIVE_LOCK:
+        writers = list(_LIVE_WRITERS)
     deadline = time.monotonic() + EXIT_FLUSH_S
     for writer in writers:
         writer.flush(deadline - time.monotonic())
