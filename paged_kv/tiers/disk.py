@@ -352,7 +352,7 @@ def _read_exactly(fd: int, size: int) -> bytes:
     chunks: list[bytes] = []
     left = size
     while left > 0:
-        chunk = os.read(fd, min(left, 1 << 24))
+        chunk = os.read(fd, left)  # `size` is bounded by the caller
         if not chunk:
             break
         chunks.append(chunk)
