@@ -208,6 +208,7 @@ def test_close_keeps_one_deadline_and_no_writer_starts_a_call_after_it():
     save_blocks(store, 6)
     while not tier.calls:  # the first batch is in the tier, stuck at the gate
         time.sleep(0.01)
+    assert store.queue_depths() == {"disk": 6}, "5 queued and 1 being written"
     began = time.monotonic()
     assert store.close(timeout_s=1.0) is False, "a stuck write is not a clean close"
     returned = time.monotonic()
