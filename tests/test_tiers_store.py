@@ -204,11 +204,13 @@ def save_blocks(store: TieredStore, n: int) -> list[bytes]:
 
 def test_close_keeps_one_deadline_and_no_writer_starts_a_call_after_it():
     tier = GateTier()
-    store = TieredStore([tier], batch_blocks=1, metrics=None)
+    store = TieredStore([tier], batch_blocks=1)
     save_blocks(store, 6)
     while not tier.calls:  # the first batch is in the tier, stuck at the gate
         time.sleep(0.01)
     assert store.queue_depths() == {"disk": 6}, "5 queued and 1 being written"
+    gauge = "paged_kv_tier_write_queue_blocks"
+    assert store.metrics.value(gauge, tier="disk") == 6, "the gauge as the save left it"
     began = time.monotonic()
     assert store.close(timeout_s=1.0) is False, "a stuck write is not a clean close"
     returned = time.monotonic()
@@ -219,7 +221,7 @@ def test_close_keeps_one_deadline_and_no_writer_starts_a_call_after_it():
     assert not writer.is_alive(), "the writer ended after the batch it was in"
     assert len(tier.calls) == 1 and all(t < returned for t, _ in tier.calls)
     assert tier.stats().count("put", "dropped") == 5
-    assert store.queue_depths() == {"disk": 0}
+    assert store.queue_depths() == {"disk": 0} and store.metrics.value(gauge, tier="disk") == 0
 
 
 def test_close_finishes_the_queue_and_stops_every_writer(tmp_path):
