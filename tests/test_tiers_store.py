@@ -206,7 +206,9 @@ def test_close_keeps_one_deadline_and_no_writer_starts_a_call_after_it():
     tier = GateTier()
     store = TieredStore([tier], batch_blocks=1)
     save_blocks(store, 6)
+    waited = time.monotonic() + 10
     while not tier.calls:  # the first batch is in the tier, stuck at the gate
+        assert time.monotonic() < waited, "the writer never began a batch"
         time.sleep(0.01)
     assert store.queue_depths() == {"disk": 6}, "5 queued and 1 being written"
     gauge = "paged_kv_tier_write_queue_blocks"
