@@ -6,6 +6,7 @@ refused) or raises `InvalidArgument` naming the argument and what to pass instea
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterable
 from typing import SupportsIndex, cast
@@ -38,6 +39,20 @@ def require_int(name: str, value: object, *, minimum: int = 0) -> int:
 def require_positive_int(name: str, value: object) -> int:
     """Return `value` if it is an int >= 1, else raise `InvalidArgument` naming `name`."""
     return require_int(name, value, minimum=1)
+
+
+def require_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """Return `value` as a float if it is a finite number of seconds > 0 (>= 0 with
+    `allow_zero`); else raise `InvalidArgument` (an infinite timeout is an unbounded stall)."""
+    seconds = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value) if abs(value) < 1e300 else math.inf
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgument(
+            f"{name} must be a finite number of seconds {bound}, got {value!r}; pass e.g. 0.25."
+        )
+    return seconds
 
 
 def require_token_ids(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 import zlib
 
@@ -21,7 +22,7 @@ from paged_kv.tiers import (
     encode_blob,
     read_header,
 )
-from paged_kv.tiers.codec import parse_key
+from paged_kv.tiers.codec import TAG_SIZE, check_integrity, parse_key
 
 FP = hashlib.sha256(b"model").digest()
 OTHER_FP = hashlib.sha256(b"another model").digest()
@@ -114,7 +115,7 @@ def test_header_layout_is_fixed_and_checked_field_by_field():
     blob = encode_tensor(tensor_of(torch.int8, (3, 5)))
     assert blob[:4] == b"PKVB" and HEADER_SIZE == 112
     header = read_header(blob)
-    assert (header.version, header.dtype, header.shape) == (1, "int8", (3, 5))
+    assert (header.version, header.dtype, header.shape) == (2, "int8", (3, 5))
     assert header.fingerprint == FP and header.block_hash == HASH
     assert header.payload_length == 15 and header.payload_checksum == zlib.crc32(blob[112:])
     # A header whose own checksum is re-computed but whose version is unknown: "version".
@@ -163,7 +164,7 @@ def fingerprint(**change) -> ModelFingerprint:
         {"head_dim": 8},
         {"block_size": 8},
         {"layout": "tokens,kv_heads,head_dim"},
-        {"format_version": 2},
+        {"format_version": 3},
     ],
     ids=lambda c: next(iter(c)),
 )
@@ -185,16 +186,158 @@ def test_keys_name_namespace_fingerprint_and_block_and_are_stable():
     assert fingerprint().digest().hex()[:16] == KNOWN_FINGERPRINT_PREFIX
 
 
-KNOWN_FINGERPRINT_PREFIX = "7b7af077f241e8a7"
+KNOWN_FINGERPRINT_PREFIX = "fb4473f9007be9c1"  # format version 2
 
 
 def test_bad_namespaces_and_keys_are_refused():
-    for bad in ("", "a b", "x:y", "a/b", "n" * 65, 5):
+    for bad in ("", "a b", "x:y", "a/b", "n" * 65, 5, ".", "..", "ns\n", "\nns", None):
         with pytest.raises(InvalidArgument, match="namespace"):
             KeySpace(bad, fingerprint())
     with pytest.raises(InvalidArgument, match="not a block key"):
         parse_key("ns:xyz:123")
+    good = KeySpace("ns", fingerprint()).key(HASH)
+    for bad_key in (good + "\n", "..:" + good.split(":", 1)[1], 5, None):
+        with pytest.raises(InvalidArgument, match="not a block key"):
+            parse_key(bad_key)
     with pytest.raises(InvalidArgument, match="ModelFingerprint"):
         KeySpace("ns", "not a fingerprint")
     with pytest.raises(InvalidArgument, match="weights digest"):
         fingerprint(weights_digest="")
+
+
+# -- hostile arguments -------------------------------------------------------------------------
+
+
+def encode_args(**change) -> dict:
+    args = dict(payload=b"\x01" * 4, dtype="float32", shape=(1,), fingerprint=FP, block_hash=HASH)
+    return {**args, **change}
+
+
+@pytest.mark.parametrize(
+    "payload", ["abcd", None, 1234, [1, 2, 3, 4]], ids=["str", "none", "int", "list"]
+)
+def test_encode_refuses_a_payload_that_is_not_bytes(payload):
+    with pytest.raises(InvalidArgument, match="payload must be bytes"):
+        encode_blob(**encode_args(payload=payload))
+
+
+def test_encode_refuses_a_payload_that_is_not_one_run_of_bytes():
+    strided = memoryview(bytes(range(8)))[::2]
+    with pytest.raises(InvalidArgument, match="contiguous"):
+        encode_blob(**encode_args(payload=strided))
+    flat = memoryview(b"\x01" * 4).cast("I")  # a typed view is taken as its raw bytes
+    assert decode_blob(encode_blob(**encode_args(payload=flat)), fingerprint=FP, block_hash=HASH)
+
+
+@pytest.mark.parametrize(
+    "blob", [None, "PKVB", 12, bytearray(3)], ids=["none", "str", "int", "short"]
+)
+def test_decode_refuses_what_is_not_a_blob_with_a_typed_error(blob):
+    error = CorruptBlock if isinstance(blob, bytearray) else InvalidArgument
+    with pytest.raises(error):
+        decode_blob(blob, fingerprint=FP, block_hash=HASH)
+    with pytest.raises(error):
+        read_header(blob)
+
+
+def test_a_dimension_of_2_to_the_32_is_refused_and_one_below_it_is_not():
+    with pytest.raises(InvalidArgument, match=r"each below 2\*\*32"):
+        encode_blob(**encode_args(dtype="int8", shape=(2**32,)))
+    with pytest.raises(InvalidArgument, match=r"tensor\.contiguous"):  # the size, not the dims
+        encode_blob(**encode_args(dtype="int8", shape=(2**32 - 1,)))
+    with pytest.raises(InvalidArgument, match="shape dimension"):
+        encode_blob(**encode_args(dtype="int8", shape=(-1,)))
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_payload_bytes_is_the_shape_times_the_item_size(name):
+    fp = fingerprint(dtype=name, num_layers=3, num_kv_heads=2, head_dim=5, block_size=4)
+    itemsize = torch.empty((), dtype=getattr(torch, name)).element_size()
+    assert fp.payload_shape == (3, 2, 4, 2, 5)
+    assert fp.payload_bytes == 3 * 2 * 4 * 2 * 5 * itemsize
+
+
+# -- authenticated blobs ---------------------------------------------------------------------
+
+SECRET = b"deployment secret of 32 bytes!!!"
+
+
+def test_an_authenticated_blob_round_trips_with_its_secret_only():
+    t = tensor_of(torch.float16, (2, 2, 4, 2, 8))
+    plain = encode_tensor(t)
+    name = str(t.dtype).removeprefix("torch.")
+    raw = t.view(torch.uint8).numpy().tobytes()
+    blob = encode_blob(
+        raw, dtype=name, shape=t.shape, fingerprint=FP, block_hash=HASH, secret=SECRET
+    )
+    assert len(blob) == len(plain) + TAG_SIZE and blob[: len(plain)] == plain
+    assert blob[len(plain) :] == hmac.new(SECRET, plain, hashlib.sha256).digest()
+    header, payload = decode_blob(blob, fingerprint=FP, block_hash=HASH, secret=SECRET)
+    assert bytes(payload) == raw and header.payload_length == len(raw)
+    for reader, reason in (
+        (None, "authenticated"),
+        (b"another secret, 32 bytes long!!!", "authentication"),
+    ):
+        with pytest.raises(CorruptBlock) as err:
+            decode_blob(blob, fingerprint=FP, block_hash=HASH, secret=reader)
+        assert err.value.reason == reason
+    assert check_integrity(blob) == check_integrity(plain) == header
+
+
+def forged(payload: bytes, *, tag: bytes = b"") -> bytes:
+    """What a writer without the secret can make: a valid header (CRC-32 and all) for the
+    right fingerprint and block hash around its own payload."""
+    return (
+        encode_blob(payload, dtype="int8", shape=(len(payload),), fingerprint=FP, block_hash=HASH)
+        + tag
+    )
+
+
+def test_with_a_secret_a_forged_blob_with_valid_checksums_is_refused():
+    genuine = encode_blob(
+        b"good", dtype="int8", shape=(4,), fingerprint=FP, block_hash=HASH, secret=SECRET
+    )
+    decode_blob(forged(b"evil"), fingerprint=FP, block_hash=HASH)  # what CRC-32 alone lets through
+    cases = {
+        "unauthenticated": forged(b"evil"),
+        "authentication": forged(b"evil", tag=b"\0" * TAG_SIZE),
+    }
+    cases["authentication "] = forged(b"evil", tag=genuine[-TAG_SIZE:])  # a tag copied over
+    for reason, blob in cases.items():
+        with pytest.raises(CorruptBlock) as err:
+            decode_blob(blob, fingerprint=FP, block_hash=HASH, secret=SECRET)
+        assert err.value.reason == reason.strip()
+    for cut in (1, TAG_SIZE - 1, TAG_SIZE + 1):  # a torn tag is damage, not a missing tag
+        with pytest.raises(CorruptBlock) as err:
+            decode_blob(genuine[:-cut], fingerprint=FP, block_hash=HASH, secret=SECRET)
+        assert err.value.reason in ("truncated", "length")
+
+
+def test_every_flipped_bit_of_an_authenticated_blob_is_refused():
+    blob = encode_blob(
+        b"\x07" * 8, dtype="int8", shape=(8,), fingerprint=FP, block_hash=HASH, secret=SECRET
+    )
+    for i in range(len(blob)):
+        damaged = bytearray(blob)
+        damaged[i] ^= 1 << (i % 8)
+        with pytest.raises(CorruptBlock):
+            decode_blob(bytes(damaged), fingerprint=FP, block_hash=HASH, secret=SECRET)
+
+
+@pytest.mark.parametrize("secret", [b"short", "a text secret of many bytes", b"", 16], ids=repr)
+def test_a_secret_is_at_least_16_bytes(secret):
+    with pytest.raises(InvalidArgument, match="at least 16"):
+        encode_blob(**encode_args(secret=secret))
+    with pytest.raises(InvalidArgument, match="at least 16"):
+        decode_blob(forged(b"x"), fingerprint=FP, block_hash=HASH, secret=secret)
+
+
+def test_a_version_1_blob_is_refused_as_another_version():
+    blob = bytearray(forged(b"old!"))
+    struct.pack_into("<H", blob, 4, 1)
+    struct.pack_into("<I", blob, 108, zlib.crc32(blob[:108]))
+    with pytest.raises(CorruptBlock) as err:
+        decode_blob(bytes(blob), fingerprint=FP, block_hash=HASH)
+    assert err.value.reason == "version"
+    with pytest.raises(CorruptBlock):
+        check_integrity(bytes(blob))

@@ -5,6 +5,7 @@ skip with the reason where redis-server is absent, and fail instead when CI=true
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -346,3 +347,56 @@ def test_acceptance_10_a_three_node_cluster_spreads_blocks_and_survives_a_dead_n
     assert tier.endpoint_states()[dead_name] in ("open", "closed")
     assert [tier.count_leading([k]) for k in keys] == [int(n != dead_name) for n in nodes]
     store.close()
+
+
+# -- arguments refused with a typed error before any client is made ------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ({"url": 123}, "redis:// URL"),
+        ({"url": "http://127.0.0.1:6379"}, "redis:// URL"),
+        ({"url": "redis://127.0.0.1:x/0"}, "redis:// URL"),
+        ({"url": "redis://127.0.0.1:70000/0"}, "redis:// URL"),
+        ({"url": None}, "either url"),
+        ({"socket_timeout": "1"}, "socket_timeout"),
+        ({"socket_timeout": math.inf}, "socket_timeout"),
+        ({"socket_timeout": math.nan}, "socket_timeout"),
+        ({"socket_timeout": True}, "socket_timeout"),
+        ({"connect_timeout": 0}, "connect_timeout"),
+        ({"cooldown_s": math.inf}, "cooldown_s"),
+        ({"cooldown_s": -1}, "cooldown_s"),
+        ({"failure_threshold": 0}, "failure_threshold"),
+        ({"failure_threshold": "3"}, "failure_threshold"),
+        ({"ttl_s": math.inf}, "ttl_s"),
+        ({"ttl_s": 0}, "ttl_s"),
+        ({"clock": 5}, "clock"),
+        ({"url": None, "cluster_nodes": [("127.0.0.1", "x")]}, "port 1-65535"),
+        ({"url": None, "cluster_nodes": [("127.0.0.1", 0)]}, "port 1-65535"),
+        ({"url": None, "cluster_nodes": [("127.0.0.1", 7000.5)]}, "port 1-65535"),
+        ({"url": None, "cluster_nodes": [("", 7000)]}, "port 1-65535"),
+        ({"url": None, "cluster_nodes": ["127.0.0.1:7000"]}, r"\(host, port\) pair"),
+        ({"url": None, "cluster_nodes": []}, "non-empty list"),
+        ({"url": None, "cluster_nodes": "127.0.0.1:7000"}, "non-empty list"),
+    ],
+    ids=repr,
+)
+def test_bad_redis_arguments_are_typed_errors(args, match):
+    args = {"url": "redis://127.0.0.1:1/0", **args}
+    with pytest.raises(InvalidArgument, match=match):
+        RedisTier(args.pop("url"), **args)
+
+
+def test_a_good_cluster_node_list_is_kept_as_host_and_int_port():
+    tier = RedisTier(cluster_nodes=[("127.0.0.1", 7000), ["localhost", 7001]])
+    assert tier.cluster_nodes == [("127.0.0.1", 7000), ("localhost", 7001)]
+    tier.close()
+
+
+@pytest.mark.parametrize("cooldown", [math.inf, "1", -0.5, None], ids=repr)
+def test_a_breaker_cooldown_is_a_finite_number_of_seconds(cooldown):
+    from paged_kv.tiers import CircuitBreaker
+
+    with pytest.raises(InvalidArgument, match="cooldown_s"):
+        CircuitBreaker(3, cooldown)

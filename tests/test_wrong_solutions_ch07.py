@@ -191,7 +191,10 @@ def raises_its_own_corrupt_block(blob, *, fingerprint, block_hash):
     [
         (nothing_checked_but_crcs_and_lengths(), r"magic is b'XKVB' was accepted: compare blob"),
         (decoder(magic=False), r"magic is b'XKVB' was accepted: compare blob\[:4\] with MAGIC"),
-        (decoder(version=False), "version is 2 was accepted: compare it with FORMAT_VERSION"),
+        (
+            decoder(version=False),
+            f"version is {FORMAT_VERSION + 1} was accepted: compare it with FORMAT_VERSION",
+        ),
         (decoder(dtype=False), r"dtype code is 0.*raised KeyError: 0 .*DTYPE_OF_CODE\.get"),
         (decoder(padding=False), "unused shape slot 5 holds 5 was accepted: the MAX_DIMS - ndim"),
         (decoder(size=False), r"payload length of 28 .* was accepted: prod\(shape\) \* itemsize"),

@@ -213,9 +213,14 @@ class BudgetIndex:
     def insert(self, items: Sequence[tuple[Key, int]]) -> list[Key]:
         """Add (key, size) entries of one run (chain order); return the keys evicted to make
         room, which the caller must delete. Entries larger than the whole budget are skipped
-        by the caller (check `fits`)."""
+        by the caller (check `fits`). A key given twice counts once, at its first place, and
+        a key evicted to make room (one of this run held before, not refreshed yet) is not
+        entered again in the same call: every returned key is absent afterwards."""
         evicted: list[Key] = []
-        for key, size in reversed(items):
+        gone: set[Key] = set()
+        for key, size in reversed(list(dict(items).items())):
+            if key in gone:
+                continue
             if key in self._slot:
                 self._refresh(key)
                 continue
@@ -223,6 +228,7 @@ class BudgetIndex:
                 victim = self._key_of[self.policy.evict()]
                 self._drop(victim)
                 evicted.append(victim)
+                gone.add(victim)
             slot = self._next_slot
             self._next_slot += 1
             self._slot[key], self._key_of[slot], self._size[key] = slot, key, size

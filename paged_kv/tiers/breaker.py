@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from paged_kv.errors import InvalidArgument
-from paged_kv.validation import require_positive_int
+from paged_kv.validation import require_positive_int, require_seconds
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
 
@@ -33,9 +33,9 @@ class CircuitBreaker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.failure_threshold = require_positive_int("failure_threshold", failure_threshold)
-        if not cooldown_s >= 0:
-            raise InvalidArgument(f"cooldown_s must be >= 0 seconds, got {cooldown_s!r}.")
-        self.cooldown_s = cooldown_s
+        if not callable(clock):
+            raise InvalidArgument(f"clock is a function returning seconds, got {clock!r}.")
+        self.cooldown_s = require_seconds("cooldown_s", cooldown_s, allow_zero=True)
         self.clock = clock
         self.state = CLOSED
         self.failures = 0  # consecutive failures while closed

@@ -9,13 +9,22 @@ whole and meant for this model and this prefix:
 
 `decode_blob` checks all of it before anyone uses the bytes and raises `CorruptBlock` with
 the reason. CRC-32 catches every single-bit flip and every burst up to 32 bits; it is a check
-against accidents (torn writes, bit rot, a foreign writer), not a signature.
+against accidents (torn writes, bit rot, a foreign writer), not a signature: anyone who can
+write to the store and knows the model's fingerprint and a prompt can make a valid header.
+
+Authenticated blobs (opt-in): with a deployment secret, `encode_blob` appends a 32-byte
+HMAC-SHA256 tag over header and payload, and `decode_blob` given the same secret refuses a
+blob whose tag is missing or wrong ("unauthenticated", "authentication") before it looks at
+anything else the header claims. Whether a tag is required is the reader's configuration,
+never a flag in the blob (a forger would clear it). Without a secret the layout is exactly
+the plain one above, and a tagged blob is refused ("authenticated": give the secret).
 Torch-free on purpose: a writer process or a tool can use it without importing torch.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 import struct
 import zlib
@@ -23,17 +32,22 @@ from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from functools import cached_property
 from math import prod
+from typing import TypeGuard
 
 from paged_kv.errors import CorruptBlock, InvalidArgument
 from paged_kv.validation import require_int, require_positive_int
 
 MAGIC = b"PKVB"
-FORMAT_VERSION = 1
+# 2: blobs may carry an HMAC-SHA256 tag after the payload. A version-1 blob reads as a miss
+# (refused as "version"; its keys differ too, since the fingerprint names the version).
+FORMAT_VERSION = 2
 MAX_DIMS = 6
 # magic, version, dtype code, ndim, shape[6], fingerprint, block hash, payload length, payload crc
 _FIELDS = struct.Struct(f"<4sHBB{MAX_DIMS}I32s32sQI")
 _CRC = struct.Struct("<I")
 HEADER_SIZE = _FIELDS.size + _CRC.size  # 112 bytes
+TAG_SIZE = hashlib.sha256().digest_size  # the HMAC-SHA256 tag of an authenticated blob
+MIN_SECRET_BYTES = 16
 
 # dtype name -> (code written in the header, bytes per element). Codes never change meaning.
 DTYPES: dict[str, tuple[int, int]] = {
@@ -75,13 +89,16 @@ def encode_blob(
     shape: Sequence[int],
     fingerprint: bytes,
     block_hash: bytes,
+    secret: bytes | None = None,
 ) -> bytes:
-    """Header + payload as one bytes object. `payload` must hold exactly `shape` of `dtype`."""
+    """Header + payload as one bytes object. `payload` must hold exactly `shape` of `dtype`.
+    With `secret` (see `check_secret`), an HMAC-SHA256 tag over both follows the payload."""
+    data = _byte_view("payload", payload)
     code, itemsize = _dtype(dtype)
     dims = _shape(shape)
     _digest32("fingerprint", fingerprint)
     _digest32("block_hash", block_hash)
-    data = memoryview(payload).cast("B")
+    key = None if secret is None else check_secret(secret)
     if len(data) != prod(dims) * itemsize:
         raise InvalidArgument(
             f"a {dtype} payload of shape {dims} is {prod(dims) * itemsize} bytes, got "
@@ -99,13 +116,14 @@ def encode_blob(
         len(data),
         zlib.crc32(data),
     )
-    return b"".join((fields, _CRC.pack(zlib.crc32(fields)), data))
+    blob = b"".join((fields, _CRC.pack(zlib.crc32(fields)), data))
+    return blob if key is None else blob + _tag(key, blob)
 
 
 def read_header(blob: bytes | bytearray | memoryview) -> BlobHeader:
     """The verified header of `blob` (magic, header checksum, version, dtype, shape, length
     agree); the payload is not checked here. Raises `CorruptBlock`."""
-    view = memoryview(blob).cast("B")
+    view = _byte_view("blob", blob)
     if len(view) < HEADER_SIZE:
         raise CorruptBlock(
             f"blob of {len(view)} bytes is shorter than the {HEADER_SIZE}-byte header "
@@ -156,21 +174,42 @@ def decode_blob(
     *,
     fingerprint: bytes | None,
     block_hash: bytes | None,
+    secret: bytes | None = None,
 ) -> tuple[BlobHeader, memoryview]:
     """Verify `blob` completely and return its header and payload (a view into `blob`).
 
     `fingerprint` and `block_hash` are what the caller expects (None: accept any, for tools
-    that only check integrity). Raises `CorruptBlock` naming the first check that failed.
+    that only check integrity). With `secret`, the blob must carry a valid HMAC tag, checked
+    right after the header's own checksum. Raises `CorruptBlock` naming the first check that
+    failed.
     """
-    header = read_header(blob)
-    view = memoryview(blob).cast("B")
-    payload = view[HEADER_SIZE:]
-    if len(payload) != header.payload_length:
+    view = _byte_view("blob", blob)
+    key = None if secret is None else check_secret(secret)
+    header = read_header(view)
+    end = HEADER_SIZE + header.payload_length
+    if key is None and len(view) == end + TAG_SIZE:
         raise CorruptBlock(
-            f"blob holds {len(payload)} payload bytes, its header says "
-            f"{header.payload_length} (truncated or padded write); delete it.",
-            reason="truncated" if len(payload) < header.payload_length else "length",
+            "the blob carries an authentication tag: read it with the secret its writer used "
+            "(TieredStore(secret=...) or $PAGED_KV_BLOB_SECRET).",
+            reason="authenticated",
         )
+    if key is not None:
+        if len(view) == end:
+            raise CorruptBlock(
+                "the blob carries no authentication tag while this reader requires one (a "
+                "forgery, or a writer without the secret); it is not ours to use.",
+                reason="unauthenticated",
+            )
+        if len(view) == end + TAG_SIZE:
+            if not hmac.compare_digest(_tag(key, view[:end]), view[end:]):
+                raise CorruptBlock(
+                    "the blob's authentication tag does not match (forged, or written with "
+                    "another secret); it is not ours to use.",
+                    reason="authentication",
+                )
+            view = view[:end]
+    _check_payload_length(header, len(view) - HEADER_SIZE)
+    payload = view[HEADER_SIZE:]
     if fingerprint is not None and header.fingerprint != fingerprint:
         raise CorruptBlock(
             "the blob was written for another model or layout (fingerprint "
@@ -184,13 +223,76 @@ def decode_blob(
             f"{block_hash.hex()[:12]}… its key names; delete it.",
             reason="foreign block",
         )
+    _check_payload_checksum(header, payload)
+    return header, payload
+
+
+def check_integrity(blob: bytes | bytearray | memoryview) -> BlobHeader:
+    """What a tier can check without the model or the secret: the header, the length (with
+    or without an authentication tag) and the payload checksum. Raises `CorruptBlock`."""
+    view = _byte_view("blob", blob)
+    header = read_header(view)
+    size = len(view) - HEADER_SIZE
+    if size == header.payload_length + TAG_SIZE:
+        size = header.payload_length
+    _check_payload_length(header, size)
+    _check_payload_checksum(header, view[HEADER_SIZE : HEADER_SIZE + size])
+    return header
+
+
+def blob_sizes(header: BlobHeader) -> tuple[int, int]:
+    """The two sizes a whole blob with this header can have: plain and authenticated."""
+    plain = HEADER_SIZE + header.payload_length
+    return plain, plain + TAG_SIZE
+
+
+def check_secret(secret: object) -> bytes:
+    """Return `secret` if it can key the blobs' HMAC (bytes, at least 16 of them), else
+    raise `InvalidArgument`."""
+    if not isinstance(secret, bytes) or len(secret) < MIN_SECRET_BYTES:
+        shown = f"{len(secret)} bytes" if isinstance(secret, bytes) else type(secret).__name__
+        raise InvalidArgument(
+            f"a blob secret is bytes, at least {MIN_SECRET_BYTES} of them (e.g. "
+            f"secrets.token_bytes(32)); got {shown}."
+        )
+    return secret
+
+
+def _tag(key: bytes, data: bytes | memoryview) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+def _check_payload_length(header: BlobHeader, size: int) -> None:
+    if size != header.payload_length:
+        raise CorruptBlock(
+            f"blob holds {size} payload bytes, its header says "
+            f"{header.payload_length} (truncated or padded write); delete it.",
+            reason="truncated" if size < header.payload_length else "length",
+        )
+
+
+def _check_payload_checksum(header: BlobHeader, payload: memoryview) -> None:
     if zlib.crc32(payload) != header.payload_checksum:
         raise CorruptBlock(
             "the blob's payload checksum does not match (bytes flipped or torn); delete it "
             "and recompute the block.",
             reason="payload checksum",
         )
-    return header, payload
+
+
+def _byte_view(name: str, value: object) -> memoryview:
+    """`value` (bytes, bytearray or a C-contiguous memoryview) as a flat view of bytes."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InvalidArgument(
+            f"{name} must be bytes, bytearray or memoryview, got {type(value).__name__}; "
+            "pass raw bytes (for a tensor: tensor.contiguous().view(torch.uint8).numpy())."
+        )
+    try:
+        return memoryview(value).cast("B")
+    except TypeError as err:
+        raise InvalidArgument(
+            f"{name} must be one contiguous run of bytes ({err}); pass bytes(...) of it."
+        ) from err
 
 
 @dataclass(frozen=True)
@@ -239,7 +341,7 @@ class ModelFingerprint:
         ).digest()
 
 
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # always fullmatch: no trailing newline
 
 
 @dataclass(frozen=True)
@@ -281,20 +383,20 @@ class KeySpace:
 
 def check_namespace(namespace: object) -> str:
     """Return `namespace` if it can be part of keys and directory names, else raise."""
-    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+    if not _is_namespace(namespace):
         raise InvalidArgument(
-            f"namespace {namespace!r} must be 1-64 letters, digits, '_', '.' or '-' "
-            "(it becomes part of keys and directory names)."
+            f"namespace {namespace!r} must be 1-64 letters, digits, '_', '.' or '-', and not "
+            "'.' or '..' (it becomes part of keys and directory names)."
         )
     return namespace
 
 
 def parse_key(key: str) -> tuple[str, str, str]:
     """(namespace, fingerprint hex, block hash hex) of a key made by `KeySpace.key`."""
-    parts = key.split(":")
+    parts = key.split(":") if isinstance(key, str) else []
     if (
         len(parts) != 3
-        or not _NAMESPACE.match(parts[0])
+        or not _is_namespace(parts[0])
         or not re.fullmatch(r"[0-9a-f]{32}", parts[1])
         or not re.fullmatch(r"[0-9a-f]{64}", parts[2])
     ):
@@ -302,6 +404,14 @@ def parse_key(key: str) -> tuple[str, str, str]:
             f"{key!r} is not a block key; make keys with KeySpace(namespace, fingerprint).key()."
         )
     return parts[0], parts[1], parts[2]
+
+
+def _is_namespace(value: object) -> TypeGuard[str]:
+    return (
+        isinstance(value, str)
+        and _NAMESPACE.fullmatch(value) is not None
+        and value not in (".", "..")
+    )
 
 
 def _dtype(name: object) -> tuple[int, int]:

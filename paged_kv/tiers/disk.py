@@ -5,18 +5,26 @@ temporary name in its final directory, fsync'ed, then renamed over the final nam
 POSIX), so after a crash a block file is either absent or whole. The directory is not
 fsync'ed: a rename lost in a power cut only loses the block (a miss later), never exposes a
 partial one, and skipping it halves the cost of a write. At start the tier rebuilds its
-index from the files: temporary files (left by a crash mid-write) are removed, and files
-that fail verification are moved to `quarantine/`.
+index from the files: temporary files left by a dead writer (or older than `STALE_TMP_S`)
+are removed, those of a live writer kept, and files that fail verification are moved to
+`quarantine/`.
 
 Layout: `root/<namespace>/<fingerprint>/<hash[:2]>/<hash>.kvb`, i.e. the key's three parts.
 One process writes a directory at a time; a new process on the same directory (a restart)
 finds everything the old one finished writing.
+
+Nothing in the directory is trusted: every path is checked to resolve inside the root, a
+block file is opened without following a link and without blocking (a FIFO), only a regular
+file is read, and at most the size its header (and the index) says.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
+import stat
 import threading
 import time
 import uuid
@@ -26,11 +34,18 @@ from pathlib import Path
 from paged_kv.cache.eviction import PolicySpec
 from paged_kv.errors import CorruptBlock, InvalidArgument
 from paged_kv.tiers.base import BudgetIndex, Key, Tier
-from paged_kv.tiers.codec import decode_blob, parse_key
+from paged_kv.tiers.codec import blob_sizes, check_integrity, parse_key, read_header
 
 SUFFIX = ".kvb"
 TMP_SUFFIX = ".tmp"
 QUARANTINE = "quarantine"
+# A temporary file is `.<hash>.<writer pid>.<8 hex>.tmp`: a restart removes it when that
+# writer is dead, or when it is older than this (the pid may have been reused).
+STALE_TMP_S = 600.0
+_TMP_NAME = re.compile(r"\.[0-9a-f]{64}\.([0-9]+)\.[0-9a-f]{8}\.tmp")
+# The most a block file may hold when no budget bounds it (a sparse file claims any size).
+MAX_BLOB_BYTES = 1 << 30
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class DiskTier(Tier):
@@ -46,15 +61,34 @@ class DiskTier(Tier):
         fsync: bool = True,
     ) -> None:
         super().__init__("disk")
+        if not isinstance(root, str | os.PathLike) or not str(root):
+            raise InvalidArgument(
+                f"the disk tier's root is a directory path (str or pathlib.Path), got "
+                f"{root!r}; e.g. DiskTier('kv-cache/')."
+            )
+        if not isinstance(fsync, bool):
+            raise InvalidArgument(f"fsync is True or False, got {fsync!r}.")
+        self._index = BudgetIndex(capacity_bytes, eviction)  # checked before any mkdir
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise InvalidArgument(
                 f"the disk tier's root {str(self.root)!r} is a file; give it a directory "
                 "(it is created if missing)."
             )
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InvalidArgument(
+                f"cannot create the disk tier's root {str(self.root)!r} ({err.strerror}); "
+                "give a directory this process may write."
+            ) from err
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise InvalidArgument(
+                f"the disk tier's root {str(self.root)!r} is not writable by this process; "
+                "give a directory it may write."
+            )
+        self._real_root = os.path.realpath(self.root)
         self.fsync = fsync
-        self._index = BudgetIndex(capacity_bytes, eviction)
         self._lock = threading.Lock()
         self.recovery = self._rebuild_index()
 
@@ -78,18 +112,23 @@ class DiskTier(Tier):
         return n
 
     def get_many(self, keys: Sequence[Key]) -> list[bytes | None]:
+        paths = [self.path_of(k) for k in keys]  # every key checked before anything is read
         began = time.perf_counter()
         blobs: list[bytes | None] = []
-        for key in keys:
+        for key, path in zip(keys, paths, strict=True):
             with self._lock:
-                known = key in self._index
+                size = self._index.size_of(key)
             blob = None
-            if known:
+            if size is not None:
                 try:
-                    blob = self.path_of(key).read_bytes()
+                    blob = self._read(path, size)
+                except CorruptBlock as err:  # replaced behind our back: counted, set aside
+                    self.record_corrupt(err.reason)
+                    self._forget(key)
+                    if self._inside(path):
+                        self._quarantine(path)
                 except OSError:  # evicted or removed meanwhile: a miss
-                    with self._lock:
-                        self._index.remove(key)
+                    self._forget(key)
             blobs.append(blob)
         with self._lock:
             self._index.touch([k for k, b in zip(keys, blobs, strict=True) if b is not None])
@@ -98,16 +137,22 @@ class DiskTier(Tier):
         return blobs
 
     def put_many(self, items: Sequence[tuple[Key, bytes]]) -> list[bool]:
+        paths = [self.path_of(k) for k, _ in items]
+        for _, blob in items:
+            if not isinstance(blob, bytes | bytearray | memoryview):
+                raise InvalidArgument(
+                    f"a tier stores blobs (bytes), got {type(blob).__name__}; make them with "
+                    "encode_blob."
+                )
         began = time.perf_counter()
         written: list[tuple[Key, int]] = []
         results: dict[Key, bool] = {}
-        for key, blob in items:
+        for (key, blob), path in zip(items, paths, strict=True):
             with self._lock:
                 present = key in self._index
-            if present or not self._index.fits(len(blob)):
-                results[key] = present
+            if present or key in results or not self._index.fits(len(blob)):
+                results[key] = present or results.get(key, False)
                 continue
-            path = self.path_of(key)
             try:
                 self._write_atomically(path, blob)
             except OSError:
@@ -129,6 +174,8 @@ class DiskTier(Tier):
         return out
 
     def delete(self, keys: Sequence[Key]) -> int:
+        for key in keys:
+            parse_key(key)
         removed = 0
         for key in keys:
             with self._lock:
@@ -150,11 +197,48 @@ class DiskTier(Tier):
 
     # -- files -----------------------------------------------------------------------------
 
-    def _write_atomically(self, path: Path, blob: bytes) -> None:
+    def _inside(self, path: Path) -> bool:
+        """Does `path`'s directory resolve (links followed) inside the root?"""
+        return os.path.realpath(path.parent).startswith(self._real_root + os.sep)
+
+    def _read(self, path: Path, size: int | None) -> bytes:
+        """The bytes of the block file at `path`: a regular file, not a link, of `size` bytes
+        (None: at most the budget or `MAX_BLOB_BYTES`) that its header agrees with. Raises
+        `CorruptBlock` for what is not such a file, `OSError` when there is none."""
+        if not self._inside(path):
+            raise CorruptBlock("a block path leads outside the root", reason="outside root")
+        try:
+            fd = os.open(path, _OPEN_FLAGS)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise CorruptBlock("a link where a block file should be", reason="link") from err
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise CorruptBlock("not a regular file", reason="not a file")
+            limit = self._index.capacity or MAX_BLOB_BYTES
+            if (size is not None and info.st_size != size) or info.st_size > limit:
+                raise CorruptBlock(
+                    f"a file of {info.st_size} bytes where a block of {size or limit} "
+                    "bytes (at most) was stored",
+                    reason="size",
+                )
+            data = _read_exactly(fd, info.st_size)
+        finally:
+            os.close(fd)
+        if len(data) not in blob_sizes(read_header(data)):
+            raise CorruptBlock("the file's size is not what its header says", reason="size")
+        return data
+
+    def _write_atomically(self, path: Path, blob: bytes | bytearray | memoryview) -> None:
         """Write to a temporary file beside `path`, fsync it, rename it over `path`."""
+        if not self._inside(path):
+            raise OSError(errno.EXDEV, "a block directory leads outside the root", str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(tmp, flags, 0o644)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
@@ -167,29 +251,37 @@ class DiskTier(Tier):
                 tmp.unlink()
             raise
 
+    def _forget(self, key: Key) -> None:
+        with self._lock:
+            self._index.remove(key)
+
     def _unlink(self, key: Key) -> None:
-        with contextlib.suppress(OSError):
-            self.path_of(key).unlink()
+        path = self.path_of(key)
+        if self._inside(path):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def _rebuild_index(self) -> dict[str, int]:
-        """Index every verified block file; remove temporary files; quarantine bad files.
-        Files enter the eviction order oldest (by modification time) first."""
+        """Index every verified block file; remove stale temporary files; quarantine bad
+        files, links and anything that is not a regular file. Files enter the eviction order
+        oldest (by modification time) first."""
         found: list[tuple[float, Key, int]] = []
         removed_tmp = quarantined = 0
-        for path in sorted(self.root.rglob("*")):
-            if not path.is_file() or path.parts[len(self.root.parts)] == QUARANTINE:
-                continue
-            if path.name.endswith(TMP_SUFFIX):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                removed_tmp += 1
+        for path, info in self._entries():
+            if path.name.endswith(TMP_SUFFIX) and stat.S_ISREG(info.st_mode):
+                if _is_stale_tmp(path.name, info.st_mtime):
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    removed_tmp += 1
                 continue
             key = self._key_of_path(path)
             try:
                 if key is None:
                     raise CorruptBlock("not a block file", reason="foreign file")
-                blob = path.read_bytes()
-                header, _ = decode_blob(blob, fingerprint=None, block_hash=None)
+                if not stat.S_ISREG(info.st_mode):
+                    raise CorruptBlock("not a regular file", reason="not a file")
+                blob = self._read(path, None)
+                header = check_integrity(blob)
                 if header.fingerprint.hex()[:32] != key.split(":")[1] or (
                     header.block_hash.hex() != key.split(":")[2]
                 ):
@@ -201,7 +293,7 @@ class DiskTier(Tier):
                 continue
             except OSError:
                 continue
-            found.append((path.stat().st_mtime, key, len(blob)))
+            found.append((info.st_mtime, key, len(blob)))
         found.sort()
         with self._lock:
             evicted = self._index.insert([(k, size) for _, k, size in reversed(found)])
@@ -213,6 +305,23 @@ class DiskTier(Tier):
             "quarantined": quarantined,
             "evicted": len(evicted),
         }
+
+    def _entries(self) -> list[tuple[Path, os.stat_result]]:
+        """Every entry under the root that is not a directory (links to directories
+        included, never followed), with its lstat; the quarantine is left out."""
+        entries: list[tuple[Path, os.stat_result]] = []
+        for top, dirs, files in os.walk(self.root, followlinks=False):
+            here = Path(top)
+            if here == self.root:
+                dirs[:] = [d for d in dirs if d != QUARANTINE]
+            for name in sorted(dirs) + sorted(files):
+                path = here / name
+                with contextlib.suppress(OSError):
+                    info = path.lstat()
+                    if not stat.S_ISDIR(info.st_mode):
+                        entries.append((path, info))
+            dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
+        return entries
 
     def _key_of_path(self, path: Path) -> Key | None:
         parts = path.relative_to(self.root).parts
@@ -226,10 +335,49 @@ class DiskTier(Tier):
         return key if parts[2] == parts[3][:2] else None
 
     def _quarantine(self, path: Path) -> None:
+        """Move the entry at `path` (a file, a link or a FIFO: never followed) aside."""
         target = self.root / QUARANTINE / f"{uuid.uuid4().hex[:8]}-{path.name}"
-        target.parent.mkdir(exist_ok=True)
         try:
+            target.parent.mkdir(exist_ok=True)
+            if target.parent.is_symlink():
+                raise OSError(errno.ELOOP, "the quarantine is a link", str(target.parent))
             os.replace(path, target)
         except OSError:
             with contextlib.suppress(OSError):
                 path.unlink()
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """At most `size` bytes from `fd` (fewer if the file shrank meanwhile)."""
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, left)  # `size` is bounded by the caller
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _is_stale_tmp(name: str, mtime: float) -> bool:
+    """A temporary file no live writer will rename: its writer's process is gone, it is
+    older than `STALE_TMP_S`, or its name is not one a writer makes."""
+    match = _TMP_NAME.fullmatch(name)
+    if match is None or time.time() - mtime > STALE_TMP_S:
+        return True
+    return not _process_alive(int(match.group(1)))
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if not 0 < pid < 2**31:
+        return False  # no process has it
+    try:
+        os.kill(pid, 0)  # signal 0: is it there? (sends nothing)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 
 from paged_kv.cache.eviction import PolicySpec
+from paged_kv.errors import InvalidArgument
 from paged_kv.tiers.base import BudgetIndex, Key, Tier
 
 
@@ -49,14 +50,21 @@ class HostTier(Tier):
 
     def put_many(self, items: Sequence[tuple[Key, bytes]]) -> list[bool]:
         began = time.perf_counter()
+        for key, blob in items:
+            if not isinstance(key, str) or not isinstance(blob, bytes):
+                raise InvalidArgument(
+                    f"a tier stores (key, blob) pairs of str and bytes, got "
+                    f"({type(key).__name__}, {type(blob).__name__}); make blobs with encode_blob."
+                )
         with self._lock:
-            fitting = [(k, b) for k, b in items if self._index.fits(len(b))]
+            batch = dict(items)  # a key twice in one batch is one block
+            fitting = [(k, b) for k, b in batch.items() if self._index.fits(len(b))]
             fresh = [(k, b) for k, b in fitting if k not in self._data]
             evicted = self._index.insert([(k, len(b)) for k, b in fitting])
-            for key, blob in fresh:
-                self._data[key] = blob
             for key in evicted:
-                del self._data[key]
+                self._data.pop(key, None)  # a fresh key evicted at once was never stored
+            fresh = [(k, b) for k, b in fresh if k in self._index]
+            self._data.update(fresh)
             results = [k in self._data for k, _ in items]
         self.record_results("put", results, time.perf_counter() - began)
         self.record_moved("write", sum(len(b) for _, b in fresh))

@@ -24,6 +24,42 @@ from urllib.parse import urlparse
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.tiers.base import Key, Tier
 from paged_kv.tiers.breaker import CircuitBreaker
+from paged_kv.validation import as_int, require_positive_int, require_seconds
+
+
+def _parse_url(url: object) -> Any:
+    """The parsed `redis://` or `rediss://` URL with a host, else `InvalidArgument`."""
+    parsed = urlparse(url) if isinstance(url, str) else None
+    try:
+        port_ok = parsed is not None and (parsed.port is None or parsed.port > 0)
+    except ValueError:  # a port that is not a number, or beyond 65535
+        port_ok = False
+    if parsed is None or parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
+        port_ok = False
+    if not port_ok:
+        raise InvalidArgument(f"{url!r} is not a redis:// URL (redis://host:port/db).")
+    return parsed
+
+
+def _check_nodes(nodes: object) -> list[tuple[str, int]]:
+    """`[(host, port), ...]` of a cluster's seed nodes: host a name, port an int 1-65535."""
+    if not isinstance(nodes, Sequence) or isinstance(nodes, str | bytes) or not nodes:
+        raise InvalidArgument(
+            f"cluster_nodes is a non-empty list of (host, port) pairs, got {nodes!r}."
+        )
+    checked: list[tuple[str, int]] = []
+    for node in nodes:
+        if not isinstance(node, Sequence) or isinstance(node, str | bytes) or len(node) != 2:
+            raise InvalidArgument(f"a cluster node is a (host, port) pair, got {node!r}.")
+        host, port = node
+        number = as_int(port)
+        if not isinstance(host, str) or not host or number is None or not 0 < number < 65536:
+            raise InvalidArgument(
+                f"a cluster node is (host name, port 1-65535), got {node!r}; e.g. "
+                "('127.0.0.1', 7000)."
+            )
+        checked.append((host, number))
+    return checked
 
 
 def _redis() -> Any:
@@ -71,12 +107,16 @@ class RedisTier(Tier):
                 "give the Redis tier either url='redis://host:port/db' (one server) or "
                 "cluster_nodes=[(host, port), ...] (a Redis Cluster), not both or neither."
             )
-        timeouts = (("socket_timeout", socket_timeout), ("connect_timeout", connect_timeout))
-        for name, value in timeouts:
-            if not value > 0:
-                raise InvalidArgument(f"{name} must be > 0 seconds, got {value!r}.")
-        if ttl_s is not None and not ttl_s > 0:
-            raise InvalidArgument(f"ttl_s must be > 0 seconds or None, got {ttl_s!r}.")
+        socket_timeout = require_seconds("socket_timeout", socket_timeout)
+        connect_timeout = require_seconds("connect_timeout", connect_timeout)
+        failure_threshold = require_positive_int("failure_threshold", failure_threshold)
+        cooldown_s = require_seconds("cooldown_s", cooldown_s, allow_zero=True)
+        if ttl_s is not None:
+            ttl_s = require_seconds("ttl_s", ttl_s)
+        if not callable(clock):
+            raise InvalidArgument(f"clock is a function returning seconds, got {clock!r}.")
+        parsed = None if url is None else _parse_url(url)
+        nodes = None if cluster_nodes is None else _check_nodes(cluster_nodes)
         redis = _redis()
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout
@@ -95,10 +135,7 @@ class RedisTier(Tier):
         self._usage: tuple[int | None, int | None] = (None, None)
         self._usage_at = -math.inf
         self._evicted_keys: dict[str, int] = {}
-        if url is not None:
-            parsed = urlparse(url)
-            if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
-                raise InvalidArgument(f"{url!r} is not a redis:// URL (redis://host:port/db).")
+        if parsed is not None:
             self.url = url
             self.cluster_nodes = None
             client = redis.Redis.from_url(url, **self._connection)
@@ -106,9 +143,7 @@ class RedisTier(Tier):
             self._endpoints[name] = _Endpoint(name, client, self._breaker())
         else:
             self.url = None
-            self.cluster_nodes = [(str(h), int(p)) for h, p in cluster_nodes]  # type: ignore[union-attr]
-            if not self.cluster_nodes:
-                raise InvalidArgument("cluster_nodes needs at least one (host, port).")
+            self.cluster_nodes = nodes
             self._cluster_breaker = self._breaker()
 
     # -- the interface ---------------------------------------------------------------------

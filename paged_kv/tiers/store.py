@@ -8,20 +8,44 @@ treated as a miss. Blocks found below the host tier are copied up into it.
 Write path: `save` encodes each full block once; the host tier stores it synchronously
 (write-through); disk and Redis get it through one bounded background queue each, which
 drops work when full. A dropped write is a future miss, never a wrong hit.
+
+Closing: `close(timeout_s)` has one deadline for finishing the queues and stopping the
+writers; what is still queued then is dropped (and counted), and no writer starts a tier call
+after `close` returns. A store never closed is flushed at interpreter exit for at most
+`EXIT_FLUSH_S` seconds, and a warning says how many writes were lost.
+
+Authentication (opt-in): with a deployment secret (`secret=`, or `$PAGED_KV_BLOB_SECRET`)
+every blob is written with an HMAC-SHA256 tag and every blob read must carry a valid one; a
+forged blob is counted as corrupt ("unauthenticated", "authentication") and deleted. Needed
+when others can write to a shared tier (a Redis many services reach); every process sharing
+a namespace must then use the same secret.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paged_kv.errors import CorruptBlock, InvalidArgument
+from paged_kv.errors import CorruptBlock, InvalidArgument, PagedKVError
 from paged_kv.tiers.base import NULL_RECORDER, Key, Recorder, Tier, TierStats
-from paged_kv.tiers.codec import BlobHeader, KeySpace, check_namespace, decode_blob, encode_blob
-from paged_kv.validation import require_positive_int
+from paged_kv.tiers.codec import (
+    BlobHeader,
+    KeySpace,
+    check_namespace,
+    check_secret,
+    decode_blob,
+    encode_blob,
+)
+from paged_kv.validation import require_positive_int, require_seconds
+
+SECRET_ENV = "PAGED_KV_BLOB_SECRET"
+EXIT_FLUSH_S = 10.0  # how long interpreter exit waits for the writes of unclosed stores
 
 
 @dataclass(frozen=True)
@@ -72,14 +96,19 @@ class TieredStore:
         queue_blocks: int = 1024,
         batch_blocks: int = 64,
         metrics: object = True,
+        secret: bytes | str | None = None,
     ) -> None:
-        self.tiers = list(tiers)
-        names = [t.name for t in self.tiers]
-        if len(set(names)) != len(names) or not all(isinstance(t, Tier) for t in self.tiers):
-            raise InvalidArgument(
-                f"a store takes distinct Tier objects, at most one per kind; got {names}."
-            )
+        # Every argument is checked before anything changes (no recorder rebound, no thread).
+        self.tiers = _check_tiers(tiers)
         self.namespace = check_namespace(namespace)
+        queue_blocks = require_positive_int("queue_blocks", queue_blocks)
+        batch_blocks = require_positive_int("batch_blocks", batch_blocks)
+        if not (metrics is True or metrics is None or isinstance(metrics, Recorder)):
+            raise InvalidArgument(
+                f"metrics= is True (a new TierMetrics), None, or a Recorder such as a "
+                f"TierMetrics to share; got {metrics!r}."
+            )
+        self._secret = _deployment_secret(secret)
         if metrics is True:
             from paged_kv.tiers.metrics import TierMetrics
 
@@ -92,13 +121,17 @@ class TieredStore:
             recorder.up(tier.name, tier.is_up)
             tier.report_usage()
         self.host = next((t for t in self.tiers if t.name == "host"), None)
+        self._closed = False
         self._writers = [
-            _Writer(t, require_positive_int("queue_blocks", queue_blocks), batch_blocks)
-            for t in self.tiers
-            if t is not self.host
+            _Writer(t, queue_blocks, batch_blocks) for t in self.tiers if t is not self.host
         ]
         for writer in self._writers:
             writer.start()
+
+    @property
+    def authenticated(self) -> bool:
+        """Are blobs written with, and read only with, an HMAC tag (a secret is set)?"""
+        return self._secret is not None
 
     def tier(self, name: str) -> Tier:
         for tier in self.tiers:
@@ -114,18 +147,28 @@ class TieredStore:
         """The keys of one model's blocks in this store's namespace."""
         return KeySpace(self.namespace, fingerprint)  # type: ignore[arg-type]
 
+    def _open(self, space: object) -> KeySpace:
+        if self._closed:
+            raise PagedKVError("this store is closed; make a new TieredStore to use its tiers.")
+        if not isinstance(space, KeySpace):
+            raise InvalidArgument(
+                f"pass the KeySpace of the model's blocks (store.key_space(fingerprint)), got "
+                f"{type(space).__name__}."
+            )
+        return space
+
     # -- read path -------------------------------------------------------------------------
 
     def count_run(self, space: KeySpace, block_hashes: Sequence[bytes]) -> int:
         """How many leading blocks some tier holds (presence only, nothing verified)."""
-        return len(longest_run(space.keys(block_hashes), self.tiers))
+        return len(longest_run(self._open(space).keys(block_hashes), self.tiers))
 
     def load_run(self, space: KeySpace, block_hashes: Sequence[bytes]) -> list[LoadedBlock]:
         """The verified blocks of the longest run of `block_hashes` found in the tiers.
 
         Stops at the first block missing everywhere, vanished since the lookup, or failing
         verification (which is counted as corrupt on its tier and deleted there)."""
-        keys = space.keys(block_hashes)
+        keys = self._open(space).keys(block_hashes)
         sources = longest_run(keys, self.tiers)
         fingerprint = space.fingerprint_digest
         want_dtype, want_shape = space.fingerprint.dtype, space.fingerprint.payload_shape
@@ -141,7 +184,10 @@ class TieredStore:
                     return self._promote(loaded, keys)
                 try:
                     header, payload = decode_blob(
-                        blob, fingerprint=fingerprint, block_hash=block_hashes[k]
+                        blob,
+                        fingerprint=fingerprint,
+                        block_hash=block_hashes[k],
+                        secret=self._secret,
                     )
                     if header.dtype != want_dtype or header.shape != want_shape:
                         raise CorruptBlock(
@@ -173,20 +219,27 @@ class TieredStore:
         block_hashes: Sequence[bytes],
         payloads: Sequence[bytes | memoryview],
     ) -> None:
-        """Store full blocks (chain order): the host tier now, the others in the background."""
+        """Store full blocks (chain order): the host tier now, the others in the background.
+        Every block is checked and encoded before any is stored."""
+        self._open(space)
+        for name, value in (("block_hashes", block_hashes), ("payloads", payloads)):
+            if not isinstance(value, Sequence) or isinstance(value, str | bytes):
+                raise InvalidArgument(
+                    f"{name} is a list (one entry per block), got {type(value).__name__}."
+                )
         if len(block_hashes) != len(payloads):
             raise InvalidArgument(
                 f"{len(block_hashes)} block hashes for {len(payloads)} payloads; pass one "
                 "payload per block."
             )
+        keys = space.keys(block_hashes)
         if not block_hashes or not self.tiers:
             return
         fp = space.fingerprint
         digest = space.fingerprint_digest
-        keys = space.keys(block_hashes)
         items = [
             (key, encode_blob(p, dtype=fp.dtype, shape=fp.payload_shape, fingerprint=digest,
-                              block_hash=h))
+                              block_hash=h, secret=self._secret))
             for key, h, p in zip(keys, block_hashes, payloads, strict=True)
         ]  # fmt: skip
         if self.host is not None:
@@ -196,16 +249,26 @@ class TieredStore:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait (at most `timeout_s`) until every queued write is done; True if all are."""
-        deadline = time.monotonic() + timeout_s
-        return all(w.flush(max(0.0, deadline - time.monotonic())) for w in self._writers)
+        deadline = time.monotonic() + require_seconds("timeout_s", timeout_s, allow_zero=True)
+        return all(w.flush(deadline - time.monotonic()) for w in self._writers)
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Finish queued writes (bounded by `timeout_s`), stop the writers, close the tiers."""
-        self.flush(timeout_s)
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Finish queued writes and stop the writers, all within `timeout_s`; then close the
+        tiers. What is still queued at the deadline is dropped (counted as dropped puts). No
+        writer starts a tier call after this returns; a call already running in a stuck tier
+        can only finish. True if every queued write was done and every writer stopped."""
+        deadline = time.monotonic() + require_seconds("timeout_s", timeout_s, allow_zero=True)
+        if self._closed:
+            return not any(w.is_alive() for w in self._writers)
+        self._closed = True
+        flushed = all(w.flush(deadline - time.monotonic()) for w in self._writers)
         for writer in self._writers:
-            writer.stop(timeout_s)
+            writer.stop()
+        for writer in self._writers:
+            writer.join(max(0.0, deadline - time.monotonic()))
         for tier in self.tiers:
             tier.close()
+        return flushed and not any(w.is_alive() for w in self._writers)
 
     def __enter__(self) -> TieredStore:
         return self
@@ -223,6 +286,42 @@ class TieredStore:
         return f"TieredStore({', '.join(map(repr, self.tiers))})"
 
 
+def _check_tiers(tiers: object) -> list[Tier]:
+    if not isinstance(tiers, Sequence) or isinstance(tiers, str | bytes):
+        raise InvalidArgument(
+            f"a store takes a list of tiers, got {type(tiers).__name__}; e.g. "
+            "TieredStore([HostTier(1 << 30), DiskTier('kv-cache/')])."
+        )
+    listed = list(tiers)
+    if not all(isinstance(t, Tier) for t in listed):
+        kinds = [type(t).__name__ for t in listed]
+        raise InvalidArgument(
+            f"a store takes Tier objects (HostTier, DiskTier, RedisTier), got {kinds}."
+        )
+    names = [t.name for t in listed]
+    if len(set(names)) != len(names) or len({id(t) for t in listed}) != len(listed):
+        raise InvalidArgument(
+            f"a store takes distinct Tier objects, at most one per kind; got {names}."
+        )
+    return listed
+
+
+def _deployment_secret(secret: bytes | str | None) -> bytes | None:
+    """The HMAC key: `secret`, else $PAGED_KV_BLOB_SECRET, else None (no authentication)."""
+    source = "secret="
+    if secret is None:
+        secret = os.environ.get(SECRET_ENV) or None
+        source = f"${SECRET_ENV}"
+        if secret is None:
+            return None
+    if isinstance(secret, str):
+        secret = secret.encode()
+    try:
+        return check_secret(secret)
+    except InvalidArgument as err:
+        raise InvalidArgument(f"{source}: {err}") from None
+
+
 class _Writer(threading.Thread):
     """A tier's background writer: a bounded queue, drained in batches by one thread."""
 
@@ -230,12 +329,17 @@ class _Writer(threading.Thread):
         super().__init__(name=f"paged_kv-{tier.name}-writer", daemon=True)
         self.tier = tier
         self.capacity = capacity
-        self.batch = require_positive_int("batch_blocks", batch)
+        self.batch = batch
         self._queue: deque[tuple[Key, bytes]] = deque()
         self._queued: set[Key] = set()  # a block offered twice before it is written: once
         self._busy = 0
         self._stopped = False
         self._cond = threading.Condition()
+
+    def start(self) -> None:
+        with _LIVE_LOCK:
+            _LIVE_WRITERS.add(self)
+        super().start()
 
     @property
     def depth(self) -> int:
@@ -259,12 +363,19 @@ class _Writer(threading.Thread):
         self.tier.recorder.queue_depth(self.tier.name, depth)
 
     def run(self) -> None:
+        try:
+            self._drain()
+        finally:
+            with _LIVE_LOCK:
+                _LIVE_WRITERS.discard(self)
+
+    def _drain(self) -> None:
         while True:
             with self._cond:
                 while not self._queue and not self._stopped:
                     self._cond.wait(0.5)
                 if not self._queue:
-                    return  # stopped and drained
+                    return  # stopped (its queue dropped) or drained
                 batch = [self._queue.popleft() for _ in range(min(self.batch, len(self._queue)))]
                 self._busy = len(batch)
             try:
@@ -282,10 +393,47 @@ class _Writer(threading.Thread):
 
     def flush(self, timeout_s: float) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout_s)
+            done = self._cond.wait_for(
+                lambda: not self._queue and not self._busy, max(0, timeout_s)
+            )
+            return bool(done)
 
-    def stop(self, timeout_s: float) -> None:
+    def stop(self) -> int:
+        """Drop what is queued (counted) and let the thread end after the batch it is writing,
+        if any; return how many writes are lost (dropped, plus the batch still running)."""
         with self._cond:
             self._stopped = True
+            dropped = len(self._queue)
+            for key, _ in self._queue:
+                self._queued.discard(key)
+            self._queue.clear()
+            busy = self._busy
             self._cond.notify_all()
-        self.join(timeout_s)
+        self.tier.record("put", "dropped", dropped)
+        self.tier.recorder.queue_depth(self.tier.name, 0)
+        return dropped + busy
+
+
+_LIVE_WRITERS: set[_Writer] = set()  # writers whose thread runs (of stores never closed too)
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """Give unclosed stores' queued writes up to `EXIT_FLUSH_S` to finish, then say how many
+    are lost (daemon threads die with the interpreter)."""
+    with _LIVE_LOCK:
+        writers = list(_LIVE_WRITERS)
+    deadline = time.monotonic() + EXIT_FLUSH_S
+    for writer in writers:
+        writer.flush(deadline - time.monotonic())
+    lost = {w.tier.name: w.stop() for w in writers}
+    if sum(lost.values()):
+        counts = ", ".join(f"{n} to the {name} tier" for name, n in lost.items() if n)
+        warnings.warn(
+            f"paged_kv: {sum(lost.values())} queued block writes were lost at exit ({counts}) "
+            f"after waiting {EXIT_FLUSH_S:g} s; call TieredStore.close() (or flush()) before "
+            "the program ends.",
+            RuntimeWarning,
+            stacklevel=1,
+        )
