@@ -208,6 +208,25 @@ class BlockPool:
                     f"asked to drop {times}: a double free. Release each reference once."
                 )
 
+    def discard(self, block_ids: Iterable[int]) -> None:
+        """Drop the content of these cached blocks now (they become free, whoever indexed them
+        is told), without counting an eviction: for blocks whose K/V a failed step never
+        wrote. Each must be cached (no reference, content kept), else `InvalidBlock`, nothing
+        changed."""
+        ids = list(dict.fromkeys(self._check_ids(block_ids)))
+        for block_id in ids:
+            if self._ref[block_id] or not self._keeps[block_id]:
+                raise InvalidBlock(
+                    f"block {block_id} is {self.state(block_id).value}; only cached blocks can "
+                    "be discarded (free the sequences that hold it first)."
+                )
+        for block_id in ids:
+            self.policy.forget(block_id)
+            self._keeps[block_id] = 0
+            if self.on_evict is not None:
+                self.on_evict(block_id)
+            self._put_free(block_id)
+
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
         count = len(self.policy)

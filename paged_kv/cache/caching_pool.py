@@ -158,6 +158,22 @@ class CachingPool:
     share_unchecked = share
     release_unchecked = release
 
+    def discard(self, block_ids: Iterable[int]) -> None:
+        """`BlockPool.discard`: these cached blocks lose their content now, uncounted."""
+        ids = list(dict.fromkeys(self._check_id(b) for b in block_ids))
+        for block_id in ids:
+            if block_id not in self.policy:
+                raise InvalidBlock(
+                    f"block {block_id} is {self.state(block_id).value}; only cached blocks can "
+                    "be discarded (free the sequences that hold it first)."
+                )
+        for block_id in ids:
+            self.policy.forget(block_id)
+            self._keeps[block_id] = 0
+            if self.on_evict is not None:
+                self.on_evict(block_id)
+        self.base.release(ids)
+
     def evict_all_cached(self) -> int:
         count = len(self.policy)
         evicted = [self._drop_content(self.policy.evict(), "reset") for _ in range(count)]

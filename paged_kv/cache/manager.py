@@ -7,7 +7,7 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
 from paged_kv.cache.block_table import (
@@ -25,6 +25,7 @@ from paged_kv.cache.live_sequences import LiveSequences, SeqId, SequenceEntry
 from paged_kv.cache.prefix_index import PrefixIndexName, make_prefix_index
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache
 from paged_kv.cache.sequence import TokenSequence
+from paged_kv.cache.snapshot import BlockState
 from paged_kv.errors import CacheBusy, DuplicateSequence, InvalidArgument, OutOfBlocks
 from paged_kv.validation import require_int, require_token_ids
 
@@ -214,6 +215,13 @@ class KVCacheManager(LiveSequences):
         self._table_blocks -= len(entry.block_table)
         entry.seq._live = False
         del self._seqs[seq_id]
+
+    def discard_unwritten(self, block_ids: Iterable[int]) -> None:
+        """Blocks whose K/V a failed step never wrote, their sequences freed since: each one
+        cached now leaves the prefix cache and becomes free, so no prefix hit can read it
+        (one in use or free is left alone). Deepest first, for the radix tree's leaves."""
+        pool = self.pool
+        pool.discard([b for b in block_ids if pool.state(b) is BlockState.CACHED])
 
     def pop_block_copies(self) -> list[tuple[int, int]]:
         """(source, destination) block copies that copy-on-write asked for since the last call."""

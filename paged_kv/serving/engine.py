@@ -226,7 +226,13 @@ class Engine:
         ]
         for request in requests:
             self._enqueue(request)
-        self.run(progress=progress)
+        try:
+            self.run(progress=progress)
+        except BaseException:  # all or nothing: none of these stays queued
+            for request in requests:
+                if request.status in (RequestStatus.WAITING, RequestStatus.RUNNING):
+                    self.scheduler.abort(request)
+            raise
         return [self.completion(r.request_id) for r in requests]
 
     # -- stepping ------------------------------------------------------------------------
@@ -252,40 +258,58 @@ class Engine:
             bar.close()
 
     def step(self) -> StepPlan:
-        """Schedule, compute one batch, sample one token per scheduled request; return the plan."""
+        """Schedule, compute one batch, sample one token per scheduled request; return the plan.
+
+        All or nothing: if anything in the step raises (the model, attention, sampling, a
+        tier), the error reaches the caller and the step's requests go back to waiting with
+        every token they had, to be retried by the next step (`abort` drops one for good);
+        no block the step was to write stays visible to prefix lookups (`Scheduler.abandon`).
+        """
         began = time.perf_counter()
         plan = self.scheduler.schedule()
-        if not plan.chunks:
-            raise PagedKVError(
-                f"step {plan.step} scheduled nothing with {len(self.scheduler.waiting)} request(s) "
-                "waiting: the scheduler cannot make progress (a custom scheduler's bug?)."
-            )
-        self.kv.copy_blocks(self.manager.pop_block_copies())
-        if self.connector is not None:
-            self.connector.load_admitted(plan.chunks)  # loaded prefix blocks, before reading
-        batch = self._forward_batch(plan)
-        if self.attention is None:
-            logits = self.model(batch, self.kv)
-        else:
-            logits = self.model(batch, self.kv, decode=self.attention)
-        if self.connector is not None:
-            self.connector.save_computed(plan.chunks)  # blocks that became full this step
+        try:
+            if not plan.chunks:
+                raise PagedKVError(
+                    f"step {plan.step} scheduled nothing with {len(self.scheduler.waiting)} "
+                    "request(s) waiting: the scheduler cannot make progress (a custom "
+                    "scheduler's bug?)."
+                )
+            self.kv.copy_blocks(self.manager.pop_block_copies())
+            if self.connector is not None:
+                self.connector.load_admitted(plan.chunks)  # loaded prefix blocks, before reading
+            batch = self._forward_batch(plan)
+            if self.attention is None:
+                logits = self.model(batch, self.kv)
+            else:
+                logits = self.model(batch, self.kv, decode=self.attention)
+            if self.connector is not None:
+                self.connector.save_computed(plan.chunks)  # blocks that became full this step
+            tokens = self._sample_batch(plan, logits)
+        except BaseException:
+            self._stats.preemptions.extend(plan.preempted)  # those stand
+            self.scheduler.abandon(plan)
+            raise
         self._record(plan)
-        greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch
-        for chunk, row, best in zip(plan.chunks, logits, greedy, strict=True):
-            request = chunk.request
-            sampled = best if request.params.temperature == 0 else self._sample(row, request)
-            request.record_sample(sampled)
-            if request.is_done:
-                self.scheduler.finish(request)
+        for chunk, token in zip(plan.chunks, tokens, strict=True):
+            chunk.request.record_sample(token)
+            if chunk.request.is_done:
+                self.scheduler.finish(chunk.request)
         self._stats.elapsed_s += time.perf_counter() - began
         return plan
 
+    def abort(self, request_id: int) -> None:
+        """Drop a waiting or running request for good (e.g. one whose steps keep failing):
+        its blocks are released and it is never scheduled again."""
+        request = self._request(request_id)
+        if request.status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+            raise InvalidArgument(f"request {request_id} is {request.status.value} already.")
+        self.scheduler.abort(request)
+
     def completion(self, request_id: int) -> Completion:
         """The result of a finished request."""
-        request = self.requests.get(request_id)
-        if request is None:
-            raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
+        request = self._request(request_id)
+        if request.status is RequestStatus.ABORTED:
+            raise InvalidArgument(f"request {request_id} was aborted; it has no completion.")
         if request.status is not RequestStatus.FINISHED:
             raise InvalidArgument(f"request {request_id} has not finished; step the engine on.")
         return Completion(
@@ -315,6 +339,15 @@ class Engine:
         )
 
     # -- internals -----------------------------------------------------------------------
+
+    def _request(self, request_id: int) -> Request:
+        try:
+            request = self.requests.get(request_id)
+        except TypeError:  # unhashable
+            request = None
+        if request is None:
+            raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
+        return request
 
     def _new_request(
         self,
@@ -360,12 +393,29 @@ class Engine:
             )
         return ForwardBatch.build(chunks, self.model.device)
 
+    def _sample_batch(self, plan: StepPlan, logits: torch.Tensor) -> list[int]:
+        """One token per chunk: the batch's argmax for greedy requests, a draw for the others.
+        If a draw fails, every generator is put back as it was, so a retry draws the same."""
+        tokens = logits.argmax(dim=-1).tolist()  # one call for the whole batch
+        drawn = [(i, c.request) for i, c in enumerate(plan.chunks) if c.request.params.temperature]
+        states = [request.generator.get_state() for _, request in drawn]
+        try:
+            for i, request in drawn:
+                tokens[i] = self._sample(logits[i], request)
+        except BaseException:
+            for (_, request), state in zip(drawn, states, strict=True):
+                request.generator.set_state(state)
+            raise
+        return tokens
+
     @staticmethod
     def _sample(logits: torch.Tensor, request: Request) -> int:
         """Draw from softmax(logits / T) with the request's own generator (T > 0; greedy
-        requests take the batch's argmax)."""
-        temperature = request.params.temperature
-        probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
+        requests take the batch's argmax). The largest logit is subtracted first, so no
+        accepted temperature overflows: the best token's weight is exactly 1 before
+        normalising."""
+        row = logits.float().cpu()
+        probs = torch.softmax((row - row.max()) / request.params.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=request.generator))
 
     def _record(self, plan: StepPlan) -> None:

@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 
 import torch
 
+from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, OutOfBlocks
@@ -45,6 +46,7 @@ class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
+    ABORTED = "aborted"
 
 
 class Request:
@@ -138,12 +140,14 @@ class Preemption:
 @dataclass(frozen=True)
 class ScheduledChunk:
     """A request computes `num_tokens` tokens from position `start` on; `admitted` says
-    whether this is its (re)admission's prefill rather than a decode."""
+    whether this is its (re)admission's prefill rather than a decode, and
+    `num_loaded_tokens` how many tokens before `start` a lower tier loads this step."""
 
     request: Request
     start: int
     num_tokens: int
     admitted: bool
+    num_loaded_tokens: int = 0
 
 
 @dataclass
@@ -231,14 +235,42 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Plan the next step: decode every running request, then admit waiting ones."""
         plan = StepPlan(self.step, self.max_batch_tokens)
-        self.schedule_running(plan)
-        if self.policy == "longest_prefix":
-            self.order_waiting()
-        self.admit_waiting(plan)
-        if self.policy == "longest_prefix":
-            self._count_overtakes(plan)
         self.step += 1
+        try:
+            self.schedule_running(plan)
+            if self.policy == "longest_prefix":
+                self.order_waiting()
+            self.admit_waiting(plan)
+            if self.policy == "longest_prefix":
+                self._count_overtakes(plan)
+        except BaseException:  # a failed lookup or tier call: planned so far is undone
+            self.abandon(plan)
+            raise
         return plan
+
+    def abandon(self, plan: StepPlan) -> None:
+        """The step of `plan` failed, so none of the K/V it was to write can be trusted.
+
+        Each scheduled request goes back to the front of `waiting`, in plan order, keeping
+        every token (a pending token appended this step stays in its sequence, and its
+        readmission computes it); its blocks are freed, and those the step was to write leave
+        the prefix cache instead of staying cached (`discard_unwritten`), blocks loaded from a
+        lower tier this step included. Blocks written by earlier steps stay cached, so the
+        readmission hits them. Preemptions stand.
+        """
+        size, manager = self.manager.block_size, self.manager
+        unwritten: list[tuple[int, int]] = []  # (position in the table, block)
+        for chunk in plan.chunks:
+            request = chunk.request
+            table = manager.block_table(request.request_id)
+            first = (chunk.start - chunk.num_loaded_tokens) // size
+            end = blocks_needed(chunk.start + chunk.num_tokens, size)
+            unwritten += [(i, table[i]) for i in range(first, end)]
+            manager.free_sequence(request.request_id)
+            self.running.remove(request)
+            request.status = RequestStatus.WAITING
+        manager.discard_unwritten(block for _, block in sorted(unwritten, reverse=True))
+        self.waiting.extendleft(reversed([chunk.request for chunk in plan.chunks]))
 
     def order_waiting(self) -> None:
         """Reorder `waiting` longest cached prefix first (SGLang's LPM), within a bound.
@@ -314,7 +346,7 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True, loaded))
 
     def preempt(self, request: Request, plan: StepPlan, reason: str) -> None:
         """Free `request`'s blocks and put it first in line, to be recomputed on admission.
@@ -333,6 +365,16 @@ class Scheduler:
         self.manager.free_sequence(request.request_id)
         self.running.remove(request)
         request.status = RequestStatus.FINISHED
+
+    def abort(self, request: Request) -> None:
+        """Drop `request` for good, waiting or running: its blocks are released (full ones
+        its steps wrote stay cached for others) and it is never scheduled again."""
+        if request.status is RequestStatus.RUNNING:
+            self.manager.free_sequence(request.request_id)
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        request.status = RequestStatus.ABORTED
 
     def _append_next_token(self, request: Request, plan: StepPlan) -> bool:
         """Append `request`'s pending token, preempting the newest running requests until it
