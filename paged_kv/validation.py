@@ -39,22 +39,34 @@ def require_positive_int(name: str, value: object) -> int:
     return require_int(name, value, minimum=1)
 
 
+MAX_TOKEN_ID = 2**63 - 1
+"""The largest token id: block hashes encode each token as a signed 64-bit integer."""
+
+
 def require_token_ids(
     values: Iterable[object], what: str, vocab_size: int | None = None
 ) -> list[int]:
-    """`values` as a list of plain ints, each a token id (>= 0, and < `vocab_size` if given)."""
+    """`values` as a list of plain ints, each a token id: >= 0, and < `vocab_size` if given,
+    else at most `MAX_TOKEN_ID`. Anything else (a str, None, a float) is `InvalidArgument`."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise InvalidArgument(
+            f"{what} must be a sequence of token ids, got {type(values).__name__}; pass a "
+            "list of ints."
+        )
     tokens = list(values)
+    limit = MAX_TOKEN_ID + 1 if vocab_size is None else vocab_size
     if (
         tokens
         and set(map(type, tokens)) == {int}  # the common case, checked at C speed
         and min(tokens) >= 0
-        and (vocab_size is None or max(tokens) < vocab_size)
+        and max(tokens) < limit
     ):
         return tokens
     for i, value in enumerate(tokens):
         token = as_int(value)
-        if token is None or token < 0 or (vocab_size is not None and token >= vocab_size):
-            allowed = f"ints in 0..{vocab_size - 1}" if vocab_size else "ints >= 0"
-            raise InvalidArgument(f"{what} must be token ids ({allowed}); found {value!r}.")
+        if token is None or not 0 <= token < limit:
+            raise InvalidArgument(
+                f"{what} must be token ids (ints in 0..{limit - 1}); found {value!r}."
+            )
         tokens[i] = token
     return tokens

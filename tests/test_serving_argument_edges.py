@@ -10,6 +10,7 @@ import pytest
 
 from paged_kv import LRU, InvalidArgument, KVCacheManager
 from paged_kv.serving import Engine, SamplingParams, Scheduler, TinyLM, greedy_dense
+from paged_kv.serving.scheduler import MIN_TEMPERATURE
 
 
 @cache
@@ -23,7 +24,9 @@ def test_max_new_tokens_must_be_a_positive_int(bad):
         SamplingParams(max_new_tokens=bad)
 
 
-@pytest.mark.parametrize("bad", [-1.0, -1e-12, -1, math.nan, -math.inf])
+@pytest.mark.parametrize(
+    "bad", [-1.0, -1e-12, -1, math.nan, -math.inf, math.inf, MIN_TEMPERATURE / 2, 1e-45, "1", True]
+)
 def test_temperature_must_be_a_non_negative_number(bad):
     with pytest.raises(InvalidArgument, match="temperature"):
         SamplingParams(temperature=bad)
@@ -32,7 +35,7 @@ def test_temperature_must_be_a_non_negative_number(bad):
 def test_the_last_good_sampling_values():
     assert SamplingParams(max_new_tokens=1).max_new_tokens == 1
     assert SamplingParams(temperature=0).temperature == 0
-    assert SamplingParams(temperature=1e-12).temperature == 1e-12
+    assert SamplingParams(temperature=MIN_TEMPERATURE).temperature == MIN_TEMPERATURE
 
 
 def test_sampling_defaults():

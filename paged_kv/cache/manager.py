@@ -27,7 +27,7 @@ from paged_kv.cache.radix_cache import LeafFirst, RadixCache
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.cache.snapshot import BlockState
 from paged_kv.errors import CacheBusy, DuplicateSequence, InvalidArgument, OutOfBlocks
-from paged_kv.validation import require_int, require_token_ids
+from paged_kv.validation import MAX_TOKEN_ID, require_int, require_token_ids
 
 
 class KVCacheManager(LiveSequences):
@@ -106,7 +106,7 @@ class KVCacheManager(LiveSequences):
         tokens whose K/V the caller loads from a lower tier into the new blocks before
         computing; they count as cached tokens (chapter 07's tiered store).
         """
-        if seq_id in self._seqs:
+        if self._is_live(seq_id):
             raise DuplicateSequence(
                 f"sequence {seq_id!r} already exists; free it first or pick a new id."
             )
@@ -162,7 +162,7 @@ class KVCacheManager(LiveSequences):
             type(token_ids) is list
             and len(token_ids) == 1
             and type(token_ids[0]) is int
-            and token_ids[0] >= 0
+            and 0 <= token_ids[0] <= MAX_TOKEN_ID
         ):
             tokens = token_ids
             if len(held) + 1 < entry.room:
@@ -189,7 +189,7 @@ class KVCacheManager(LiveSequences):
         into the shared, partly filled last block.
         """
         parent = self._entry(parent_id)
-        if child_id in self._seqs:
+        if self._is_live(child_id):
             raise DuplicateSequence(f"sequence {child_id!r} already exists; fork into a new id.")
         self.pool.share_unchecked(parent.block_table)
         child_seq = parent.seq.copy()
@@ -269,6 +269,16 @@ class KVCacheManager(LiveSequences):
         )
 
     # -- internals -----------------------------------------------------------------------
+
+    def _is_live(self, seq_id: SeqId) -> bool:
+        """Is `seq_id` live? A new id must be hashable: else `InvalidArgument`."""
+        try:
+            return seq_id in self._seqs
+        except TypeError:
+            raise InvalidArgument(
+                f"sequence ids must be hashable (an int, a str, a tuple...), got "
+                f"{type(seq_id).__name__}."
+            ) from None
 
     def _sequence(
         self, token_ids: Sequence[int] | TokenSequence, salt: Salt, extra_keys: Sequence[ExtraKey]

@@ -7,7 +7,7 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +20,7 @@ from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
 from paged_kv.serving.scheduler import (
+    MAX_SEED,
     Preemption,
     Request,
     RequestStatus,
@@ -29,6 +30,7 @@ from paged_kv.serving.scheduler import (
     StepPlan,
 )
 from paged_kv.serving.tokenizer import ByteTokenizer
+from paged_kv.validation import as_int, require_token_ids
 
 if TYPE_CHECKING:
     from paged_kv.cache.hashing import Salt
@@ -187,9 +189,18 @@ class Engine:
         salt: Salt = None,
     ) -> int:
         """Queue a request; return its id. A request that could never be served is refused
-        here with `InvalidArgument`, before it touches any queue. `salt` (e.g. the tenant)
-        keeps its prefix blocks from being shared with requests of another salt."""
-        request = self._new_request(prompt, params or SamplingParams(), salt=salt)
+        here with `InvalidArgument`, before it touches any queue: a prompt that is not a str
+        or a sequence of token ids in the vocabulary, `params` not `SamplingParams`, a salt
+        that is not None, bytes or UTF-8 text. `salt` (e.g. the tenant) keeps its prefix
+        blocks from being shared with requests of another salt."""
+        if params is None:
+            params = SamplingParams()
+        elif not isinstance(params, SamplingParams):
+            raise InvalidArgument(
+                f"params must be SamplingParams, got {type(params).__name__}; e.g. "
+                "SamplingParams(max_new_tokens=32, temperature=0.7, seed=0)."
+            )
+        request = self._new_request(prompt, params, salt=salt)
         self._enqueue(request)
         return request.request_id
 
@@ -208,8 +219,22 @@ class Engine:
 
         Greedy by default; with a temperature, request i samples with seed `seed + i`, so
         results do not depend on how the requests were batched. Every prompt is checked
-        before any is queued.
+        before any is queued (a str is one prompt). All or nothing: if a step raises, these
+        requests are aborted before the error reaches the caller.
         """
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        elif not isinstance(prompts, Sequence):
+            raise InvalidArgument(
+                f"prompts must be a list of prompts (str or token ids), got "
+                f"{type(prompts).__name__}."
+            )
+        if seed is not None and as_int(seed) is not None and seed + len(prompts) - 1 > MAX_SEED:
+            raise InvalidArgument(
+                f"seed {seed} + {len(prompts) - 1} (one seed per prompt) exceeds 2**64-1; "
+                "pick a smaller seed."
+            )
+        stops = tuple(require_token_ids(stop_token_ids, "stop_token_ids"))
         requests = [
             self._new_request(
                 prompt,
@@ -217,7 +242,7 @@ class Engine:
                     max_new_tokens,
                     temperature,
                     None if seed is None else seed + i,
-                    tuple(stop_token_ids),
+                    stops,
                 ),
                 request_id=self._next_id + i,
                 salt=salt,
@@ -356,9 +381,19 @@ class Engine:
         request_id: int | None = None,
         salt: Salt = None,
     ) -> Request:
-        if isinstance(prompt, str) and self.tokenizer is None:
-            raise InvalidArgument("this engine has no tokenizer: pass token ids, or tokenizer=.")
-        tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidArgument(
+                    "this engine has no tokenizer: pass token ids, or tokenizer=."
+                )
+            tokens: Iterable[int] = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, Iterable):  # a list, tuple, array or tensor of token ids
+            tokens = prompt
+        else:
+            raise InvalidArgument(
+                f"a prompt is a str or a sequence of token ids, got {type(prompt).__name__}; "
+                "generate takes a list of prompts, e.g. [[1, 2, 3]] or ['hello']."
+            )
         seq = TokenSequence(tokens, salt=salt, vocab_size=self.model.config.vocab_size)
         if not seq.token_ids:
             raise InvalidArgument("the prompt is empty; give at least one token.")

@@ -9,6 +9,8 @@ recomputed from its tokens when it is admitted again.
 from __future__ import annotations
 
 import enum
+import math
+import numbers
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
@@ -21,15 +23,25 @@ from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, OutOfBlocks
-from paged_kv.validation import require_int, require_positive_int
+from paged_kv.validation import as_int, require_int, require_positive_int, require_token_ids
 
 SchedulePolicy = Literal["fcfs", "longest_prefix"]
 """The order waiting requests are admitted in: arrival, or longest cached prefix first."""
 
 
+MIN_TEMPERATURE = 1e-4
+"""The lowest temperature above 0 (greedy): lower ones sample the argmax anyway."""
+MAX_SEED = 2**64 - 1
+"""The largest seed: what `torch.Generator.manual_seed` takes (negative ones alias these)."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick tokens: greedy when temperature is 0, else seeded random sampling."""
+    """How to pick tokens: greedy when temperature is 0, else seeded random sampling.
+
+    Checked when made: `max_new_tokens` an int >= 1, `temperature` a real number that is 0
+    or finite and at least `MIN_TEMPERATURE`, `seed` None or an int in 0..`MAX_SEED`,
+    `stop_token_ids` token ids."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
@@ -38,8 +50,23 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         require_positive_int("max_new_tokens", self.max_new_tokens)
-        if not self.temperature >= 0:
-            raise InvalidArgument(f"temperature must be >= 0 (0 is greedy): {self.temperature}.")
+        t = self.temperature
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, numbers.Real)
+            or not (t == 0 or MIN_TEMPERATURE <= t < math.inf)
+        ):
+            raise InvalidArgument(
+                f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, got "
+                f"{t!r}."
+            )
+        if self.seed is not None and (as_int(self.seed) is None or not 0 <= self.seed <= MAX_SEED):
+            raise InvalidArgument(
+                f"seed must be None or an int in 0..2**64-1 (torch.Generator's range), got "
+                f"{self.seed!r}."
+            )
+        stops = require_token_ids(self.stop_token_ids, "stop_token_ids")
+        object.__setattr__(self, "stop_token_ids", tuple(stops))
 
 
 class RequestStatus(enum.Enum):
