@@ -18,6 +18,9 @@ from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.validation import as_int, require_int, require_positive_int
 
 Allocation = Literal["fifo", "pack_pages"]
+MAX_BLOCKS = 2**26
+"""The most blocks a pool takes: about 50 bytes of host bookkeeping each (3 GiB at the cap),
+and at 16 tokens a block a billion tokens, more K/V than any one device holds."""
 
 
 class BlockPool:
@@ -40,6 +43,11 @@ class BlockPool:
     ) -> None:
         require_positive_int("num_blocks", num_blocks)
         require_positive_int("block_size", block_size)
+        if num_blocks > MAX_BLOCKS:
+            raise InvalidArgument(
+                f"num_blocks={num_blocks} is more than a pool takes ({MAX_BLOCKS:,}); use "
+                "bigger blocks (block_size) or fewer of them."
+            )
         if blocks_per_page is not None:
             require_positive_int("blocks_per_page", blocks_per_page)
             if num_blocks % blocks_per_page:

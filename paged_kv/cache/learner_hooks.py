@@ -45,6 +45,15 @@ class LearnerHooks:
             weakref.WeakKeyDictionary()
         )
 
+    def __getstate__(self) -> dict[str, object]:
+        """Copies and pickles leave the memo behind (weak references do not pickle; it is
+        only a cache, refilled on use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_memo"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._memo = weakref.WeakKeyDictionary()
+
     def hashes(self, seq: TokenSequence) -> list[BlockHash]:
         """The chained hashes of `seq`'s full blocks, from `block_hasher` if there is one."""
         if self.block_hasher is None:
