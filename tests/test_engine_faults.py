@@ -14,7 +14,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -23,6 +23,7 @@ from paged_kv.attention import paged_decode
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.prefix_index import PrefixIndexName
 from paged_kv.cache.snapshot import BlockState
+from paged_kv.errors import InvalidArgument
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import TinyLM, greedy_dense
 from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams
@@ -176,3 +177,118 @@ def test_random_faults_never_change_a_completed_request_nor_leak(
     assert sum(c.num_cached_prompt_tokens for c in again) > 0
     for completion, prompt in zip(again, prompts, strict=False):
         assert completion.token_ids == greedy_dense(model, prompt, 3)
+
+
+def _failing_attention(times: int) -> tuple[Callable[..., torch.Tensor], list[int]]:
+    """A decode attention that raises its first `times` calls (a CUDA OOM, say)."""
+    calls = [0]
+
+    def attention(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor
+    ) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] <= times:
+            raise InjectedFault("out of memory")
+        return paged_decode(q, k, v, tables, lens)
+
+    return attention, calls
+
+
+def test_a_failed_decode_step_is_retried_and_poisons_nothing() -> None:
+    """Issue 25's first case: once, pending tokens stayed None and every later step raised,
+    and blocks registered at admission were served as hits with K/V never written."""
+    model = TinyLM(seed=1)
+    prompt = list(range(40, 77))  # 37 tokens: 9 full blocks
+    attention, _ = _failing_attention(times=1)
+    engine = Engine(model, num_blocks=40, block_size=BLOCK, attention=attention)
+    first = engine.add_request(prompt, SamplingParams(5))
+    engine.step()  # its prefill: no decode yet
+    second = engine.add_request(prompt, SamplingParams(5))
+    with pytest.raises(InjectedFault):
+        engine.step()  # the first's first decode, and the second's one-token prefill
+    assert [r.request_id for r in engine.scheduler.waiting] == [first, second]  # in order
+    assert [r.num_output_tokens for r in engine.scheduler.waiting] == [1, 0]
+    assert engine.manager.num_prefix_hit_tokens(prompt) == 36  # its prefill wrote those
+    engine.run()
+    ids = [first, second]
+    want = greedy_dense(model, prompt, 5)
+    assert [engine.completion(i).token_ids for i in ids] == [want, want]
+    (again,) = engine.generate([prompt], max_new_tokens=5)
+    assert again.num_cached_prompt_tokens == 36 and again.token_ids == want
+
+
+def test_a_failed_prefill_leaves_no_block_it_was_to_write_in_the_prefix_cache() -> None:
+    model, faults = TinyLM(seed=1), Faults()
+    model.layers[1].register_forward_pre_hook(lambda *_: faults.hit("forward"))
+    engine = Engine(model, num_blocks=16, block_size=BLOCK)
+    (first,) = engine.generate([list(range(9))], max_new_tokens=1)  # blocks 0-1 are written
+    prompt = list(range(21))  # the same two blocks, then three more
+    engine.add_request(prompt, SamplingParams(2))
+    faults.armed = "forward"  # layer 0 wrote its K/V, layer 1 never ran
+    with pytest.raises(InjectedFault):
+        engine.step()
+    assert engine.manager.num_prefix_hit_tokens(prompt) == 8  # only what earlier steps wrote
+    assert len(engine.manager) == 0 and engine.manager.stats().num_cached_blocks == 2
+    engine.run()
+    assert engine.completion(1).token_ids == greedy_dense(model, prompt, 2)
+    assert first.token_ids == greedy_dense(model, list(range(9)), 1)
+
+
+def test_a_failed_draw_puts_every_generator_back() -> None:
+    model, faults = TinyLM(seed=2), Faults()
+    prompts = [[5, 6, 7], [8, 9]]
+    clean = Engine(model, num_blocks=16, block_size=BLOCK)
+    want = clean.generate(prompts, 6, temperature=0.9, seed=11)
+    engine = Engine(model, num_blocks=16, block_size=BLOCK)
+    sample, draws = engine._sample, [0]
+
+    def second_draw_fails(logits: torch.Tensor, request: Request) -> int:
+        token = sample(logits, request)  # the first request's generator has moved
+        draws[0] += 1
+        if draws[0] == 2:
+            faults.armed = "sampling"
+            faults.hit("sampling")
+        return token
+
+    engine._sample = second_draw_fails
+    ids = [
+        engine.add_request(p, SamplingParams(6, 0.9, seed=11 + i)) for i, p in enumerate(prompts)
+    ]
+    with pytest.raises(InjectedFault):
+        engine.step()
+    engine.run()
+    assert [engine.completion(i).token_ids for i in ids] == [w.token_ids for w in want]
+
+
+def test_a_generate_that_fails_leaves_nothing_queued_and_the_engine_serving() -> None:
+    model = TinyLM(seed=1)
+    attention, calls = _failing_attention(times=10**9)  # every decode fails
+    engine = Engine(model, num_blocks=16, block_size=BLOCK, attention=attention)
+    with pytest.raises(InjectedFault):
+        engine.generate([[1, 2, 3], [4, 5]], max_new_tokens=3)
+    assert calls[0] == 1 and not engine.has_unfinished()
+    assert len(engine.manager) == 0 and engine.manager.pool.num_in_use == 0
+    with pytest.raises(InvalidArgument, match="aborted"):
+        engine.completion(0)
+    (one,) = engine.generate([[1, 2, 3]], max_new_tokens=1)  # a prefill: no decode needed
+    assert one.token_ids == greedy_dense(model, [1, 2, 3], 1)
+
+
+def test_abort_drops_a_waiting_or_running_request_for_good() -> None:
+    model = TinyLM(seed=1)
+    engine = Engine(model, num_blocks=16, block_size=BLOCK)
+    running = engine.add_request([1, 2, 3, 4, 5], SamplingParams(4))
+    engine.step()
+    waiting = engine.add_request([6, 7], SamplingParams(2))
+    engine.abort(running)
+    engine.abort(waiting)
+    assert not engine.has_unfinished() and engine.manager.pool.num_in_use == 0
+    assert engine.manager.stats().num_cached_blocks == 1  # the full block its prefill wrote
+    for rid in (running, waiting):
+        assert engine.requests[rid].status is RequestStatus.ABORTED
+        with pytest.raises(InvalidArgument, match="aborted"):
+            engine.abort(rid)
+    with pytest.raises(InvalidArgument, match="no request 99"):
+        engine.abort(99)
+    with pytest.raises(InvalidArgument, match="no request"):
+        engine.abort(cast(Any, []))  # unhashable
