@@ -141,3 +141,91 @@ def test_out_of_blocks_message_says_what_to_do():
     m = prepared()
     with pytest.raises(OutOfBlocks, match=r"needs 2 new blocks \(1 more are prefix hits\)"):
         m.add_sequence("c", range(12))  # its first block is a's
+
+
+def _busy_manager(**kwargs) -> KVCacheManager:
+    m = KVCacheManager(12, 4, **kwargs)
+    m.add_sequence("a", list(range(10)), salt="t")
+    m.add_sequence("b", list(range(9)), salt="t")  # two hit blocks
+    m.append_tokens("a", [7, 7, 7])
+    m.free_sequence("b")
+    return m
+
+
+@pytest.mark.parametrize("index", ["hash", "radix"])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_manager_is_independent_and_behaves_the_same(index, how):
+    import copy
+    import pickle
+
+    m = _busy_manager(prefix_index=index, eviction="s3fifo")
+    twin = copy.deepcopy(m) if how == "deepcopy" else pickle.loads(pickle.dumps(m))
+    assert twin.snapshot() == m.snapshot() and repr(twin) == repr(m)
+    for manager in (m, twin):  # the same calls, the same answers, evictions included
+        assert manager.add_sequence("c", list(range(9)), salt="t")[:2] == m.block_table("a")[:2]
+        manager.add_sequence("d", list(range(50, 75)))
+    assert twin.snapshot() == m.snapshot() and twin.stats() == m.stats()
+    twin.free_sequence("a")
+    assert "a" in m and twin.snapshot() != m.snapshot()  # the original did not see that
+
+
+@pytest.mark.parametrize("token", [2**63, 2**70, -1])
+def test_token_ids_the_hashes_cannot_encode_are_refused_before_anything_changes(token):
+    m = KVCacheManager(8, 4)
+    with pytest.raises(InvalidArgument, match="token ids"):
+        m.add_sequence("a", [1, 2, 3, token])
+    m.add_sequence("a", [1, 2])
+    snap = m.snapshot()
+    for tokens in ([token], [5, token]):  # the one-token decode path, and the general one
+        with pytest.raises(InvalidArgument, match="token ids"):
+            m.append_tokens("a", tokens)
+        assert m.snapshot() == snap and m.token_ids("a") == [1, 2]
+    m.append_tokens("a", [2**63 - 1, 2**63 - 1])  # the largest fills a block and hashes
+    assert m.stats().num_tokens == 4 and m.append_tokens("a", [0]) != []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"extra_keys": (1.5,)}, "extra keys"),  # once refused only when a block filled
+        ({"extra_keys": ({1, 2},)}, "extra keys"),
+        ({"extra_keys": (True,)}, "not bool"),
+        ({"extra_keys": "img"}, "sequence of keys"),
+        ({"extra_keys": 5}, "sequence of keys"),
+        ({"extra_keys": ("\ud800",)}, "UTF-8"),
+        ({"salt": "\ud800"}, "UTF-8"),
+    ],
+)
+def test_keys_and_salts_the_hashes_cannot_encode_are_refused_at_add(kwargs, match):
+    m = KVCacheManager(8, 4)
+    with pytest.raises(InvalidArgument, match=match):
+        m.add_sequence("a", [1, 2], **kwargs)  # one token: no block is full yet
+    assert len(m) == 0 and m.stats().num_free_blocks == 8
+
+
+def test_an_unhashable_sequence_id_is_a_typed_error_everywhere():
+    m = KVCacheManager(8, 4)
+    m.add_sequence("a", [1, 2, 3])
+    snap = m.snapshot()
+    with pytest.raises(InvalidArgument, match="hashable"):
+        m.add_sequence(["x"], [1, 2])
+    with pytest.raises(InvalidArgument, match="hashable"):
+        m.fork("a", {"x": 1})
+    with pytest.raises(UnknownSequence):
+        m.fork(["a"], "b")
+    with pytest.raises(UnknownSequence):
+        m.append_tokens(["a"], [1])
+    assert m.snapshot() == snap and m.sequence_ids == ["a"]
+
+
+@pytest.mark.parametrize("index", ["hash", "radix"])
+def test_discard_unwritten_forgets_cached_blocks_and_leaves_the_rest(index):
+    m = KVCacheManager(8, 4, prefix_index=index)
+    m.add_sequence("a", list(range(13)))  # blocks 0-2 full and indexed, 3 partial
+    table = m.block_table("a")
+    m.add_sequence("b", list(range(6)))  # holds block 0 (a hit) and its own
+    m.free_sequence("a")
+    m.discard_unwritten([table[3], table[2], table[1], table[0]])  # deepest first
+    assert m.num_prefix_hit_tokens(list(range(13))) == 4  # block 0 stays: "b" holds it
+    assert [m.pool.state(b) for b in table] == [BlockState.IN_USE] + [BlockState.FREE] * 3
+    assert m.stats().evictions == 0
