@@ -1,3 +1,5 @@
+from typing import Any, cast
+
 import numpy as np
 import pytest
 import torch
@@ -208,13 +210,13 @@ def test_an_unhashable_sequence_id_is_a_typed_error_everywhere():
     m.add_sequence("a", [1, 2, 3])
     snap = m.snapshot()
     with pytest.raises(InvalidArgument, match="hashable"):
-        m.add_sequence(["x"], [1, 2])
+        m.add_sequence(cast(Any, ["x"]), [1, 2])
     with pytest.raises(InvalidArgument, match="hashable"):
-        m.fork("a", {"x": 1})
+        m.fork("a", cast(Any, {"x": 1}))
     with pytest.raises(UnknownSequence):
-        m.fork(["a"], "b")
+        m.fork(cast(Any, ["a"]), "b")
     with pytest.raises(UnknownSequence):
-        m.append_tokens(["a"], [1])
+        m.append_tokens(cast(Any, ["a"]), [1])
     assert m.snapshot() == snap and m.sequence_ids == ["a"]
 
 
