@@ -10,6 +10,7 @@ hold after every step, failed or not, and nothing may be left behind at the end.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -18,12 +19,15 @@ from typing import Any, cast
 
 import pytest
 import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged_kv.attention import paged_decode
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.prefix_index import PrefixIndexName
 from paged_kv.cache.snapshot import BlockState
-from paged_kv.errors import InvalidArgument
+from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import TinyLM, greedy_dense
 from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams
@@ -98,7 +102,7 @@ def _failing(call: Callable[..., Any], stage: str, faults: Faults) -> Callable[.
     return failing
 
 
-def check_bookkeeping(engine: Engine) -> None:
+def check_bookkeeping(engine: Engine, num_blocks: int = 28) -> None:
     """The manager's invariants, and that it agrees with the scheduler's queues."""
     manager, scheduler = engine.manager, engine.scheduler
     running = {r.request_id for r in scheduler.running}
@@ -118,7 +122,7 @@ def check_bookkeeping(engine: Engine) -> None:
         cached = block.block_id in manager.pool.policy
         assert cached == (block.state is BlockState.CACHED)
     stats = manager.stats()
-    assert stats.num_free_blocks + stats.num_in_use_blocks + stats.num_cached_blocks == 28
+    assert stats.num_free_blocks + stats.num_in_use_blocks + stats.num_cached_blocks == num_blocks
     for request in scheduler.waiting:
         assert request.num_output_tokens < request.params.max_new_tokens
 
@@ -292,3 +296,135 @@ def test_abort_drops_a_waiting_or_running_request_for_good() -> None:
         engine.abort(99)
     with pytest.raises(InvalidArgument, match="no request"):
         engine.abort(cast(Any, []))  # unhashable
+
+
+BAD_REQUESTS: list[tuple[object, dict[str, Any]]] = [
+    (None, {}),
+    (7, {}),
+    ([2**63], {}),
+    ([300], {}),
+    ([], {}),
+    ([1, 2], {"salt": "\ud800"}),
+    ([1, 2], {"params": "greedy"}),
+]
+BAD_PARAMS: list[dict[str, Any]] = [
+    {"temperature": 1e-45},
+    {"temperature": "1"},
+    {"temperature": math.inf},
+    {"seed": 1.5},
+    {"seed": 2**70},
+    {"max_new_tokens": 0},
+    {"stop_token_ids": (-1,)},
+]
+
+
+class EngineMachine(RuleBasedStateMachine):
+    """Engine calls, valid and not, with steps that fail. After every refused call nothing
+    observable changed; after a failed step every request kept its tokens; every greedy
+    request that completes has the cache-free tokens."""
+
+    model = TinyLM(seed=4)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.faults = Faults()
+
+        def attention(
+            q: torch.Tensor,
+            k: torch.Tensor,
+            v: torch.Tensor,
+            tables: torch.Tensor,
+            lens: torch.Tensor,
+        ) -> torch.Tensor:
+            self.faults.hit("attention")
+            return paged_decode(q, k, v, tables, lens)
+
+        self.engine = Engine(
+            self.model,
+            num_blocks=12,
+            block_size=BLOCK,
+            max_batch_tokens=12,
+            max_running=3,
+            attention=attention,
+        )
+        self.model.layers[0].register_forward_hook(lambda *_: self.faults.hit("forward"))
+        self.checked: set[int] = set()
+
+    def teardown(self) -> None:
+        for layer in self.model.layers:  # the class's model: drop this example's hook
+            layer._forward_hooks.clear()
+
+    def observed(self) -> tuple[object, ...]:
+        e = self.engine
+        return (
+            {rid: (r.status, r.output, r.num_tokens) for rid, r in e.requests.items()},
+            [r.request_id for r in e.scheduler.waiting],
+            [r.request_id for r in e.scheduler.running],
+            e.manager.snapshot(),
+            e.stats().requests,
+            e.stats().steps,
+        )
+
+    @rule(
+        prompt=st.lists(st.integers(0, 255), min_size=1, max_size=14),
+        new=st.integers(1, 4),
+        sampled=st.booleans(),
+    )
+    def add(self, prompt: list[int], new: int, sampled: bool) -> None:
+        self.engine.add_request(prompt, SamplingParams(new, 0.7 if sampled else 0.0, seed=new))
+
+    @rule(bad=st.sampled_from(BAD_REQUESTS + [([1, 2], {"params": p}) for p in BAD_PARAMS]))
+    def add_refused(self, bad: tuple[object, dict[str, Any]]) -> None:
+        prompt, kwargs = bad
+        before = self.observed()
+        with pytest.raises(PagedKVError):
+            if "params" in kwargs and isinstance(kwargs["params"], dict):
+                SamplingParams(**kwargs["params"])
+            self.engine.add_request(cast(Any, prompt), **kwargs)
+        assert self.observed() == before
+
+    @rule(bad=st.sampled_from(BAD_PARAMS), many=st.booleans())
+    def generate_refused(self, bad: dict[str, Any], many: bool) -> None:
+        before = self.observed()
+        with pytest.raises(PagedKVError):
+            self.engine.generate([[1, 2, 3]] * (2 if many else 1), **bad)
+        assert self.observed() == before
+
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        ids = [*sorted(self.engine.requests), 10**6]
+        rid = data.draw(st.sampled_from(ids))
+        request = self.engine.requests.get(rid)
+        if request is None or request.status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+            before = self.observed()
+            with pytest.raises(InvalidArgument):
+                self.engine.abort(rid)
+            assert self.observed() == before
+        else:
+            self.engine.abort(rid)
+
+    @precondition(lambda self: self.engine.has_unfinished())
+    @rule(fault=st.sampled_from([None, None, "forward", "attention"]))
+    def step(self, fault: str | None) -> None:
+        outputs = {rid: r.output for rid, r in self.engine.requests.items()}
+        self.faults.armed = fault
+        try:
+            self.engine.step()
+        except InjectedFault:
+            now = {rid: r.output for rid, r in self.engine.requests.items()}
+            assert now == outputs  # every request kept its tokens, the pending one too
+        self.faults.armed = None
+
+    @invariant()
+    def bookkeeping_holds_and_completions_are_right(self) -> None:
+        check_bookkeeping(self.engine, num_blocks=12)
+        for rid, request in self.engine.requests.items():
+            done = request.status is RequestStatus.FINISHED
+            if done and rid not in self.checked and not request.params.temperature:
+                want = greedy_dense(self.model, request.prompt, request.params.max_new_tokens)
+                assert self.engine.completion(rid).token_ids == want
+                self.checked.add(rid)
+
+
+TestEngineMachine = EngineMachine.TestCase
+TestEngineMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
