@@ -1,8 +1,12 @@
+import contextlib
 from typing import Any, cast
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from paged_kv import (
     BlockState,
@@ -10,8 +14,10 @@ from paged_kv import (
     InvalidArgument,
     KVCacheManager,
     OutOfBlocks,
+    PagedKVError,
     UnknownSequence,
 )
+from paged_kv.cache.radix_cache import RadixCache
 
 
 def test_prompt_gets_just_enough_blocks_and_decode_adds_one_when_full():
@@ -231,3 +237,103 @@ def test_discard_unwritten_forgets_cached_blocks_and_leaves_the_rest(index):
     assert m.num_prefix_hit_tokens(list(range(13))) == 4  # block 0 stays: "b" holds it
     assert [m.pool.state(b) for b in table] == [BlockState.IN_USE] + [BlockState.FREE] * 3
     assert m.stats().evictions == 0
+
+
+BAD_TOKENS = [[2**63], [-1], [1.5], ["a"], None, 3]
+
+
+class RefusalMachine(RuleBasedStateMachine):
+    """Manager calls, valid and not: after each refused call the snapshot, the counts and the
+    live sequences are what they were."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = KVCacheManager(10, 4, prefix_index="radix", eviction="arc")
+        self.next_id = 0
+
+    def observed(self) -> tuple[object, ...]:
+        m = self.m
+        tokens = {s: m.token_ids(s) for s in m.sequence_ids}
+        tree = m.prefix_cache
+        assert isinstance(tree, RadixCache)
+        return m.snapshot(), m.stats(), tokens, tree.format_tree()
+
+    def refused(self, call, error=PagedKVError) -> None:
+        before = self.observed()
+        with pytest.raises(error):
+            call()
+        assert self.observed() == before
+
+    @rule(prompt=st.lists(st.integers(0, 9), min_size=1, max_size=12))
+    def add(self, prompt):
+        try:
+            self.m.add_sequence(self.next_id, prompt)
+        except OutOfBlocks:
+            return
+        self.next_id += 1
+
+    @rule(
+        bad=st.sampled_from(
+            [("tokens", t) for t in BAD_TOKENS]
+            + [("extra_keys", k) for k in [(1.5,), "img", ({1},)]]
+            + [("salt", s) for s in ["\ud800", 5]]
+            + [("seq_id", ["x"]), ("duplicate", None), ("empty", [])]
+        )
+    )
+    def add_refused(self, bad):
+        what, value = bad
+        seq_id, tokens, kwargs = self.next_id, [1, 2, 3], {}
+        if what == "tokens" or what == "empty":
+            tokens = value
+        elif what == "seq_id":
+            seq_id = value
+        elif what == "duplicate":
+            if not self.m.sequence_ids:
+                return
+            seq_id = self.m.sequence_ids[0]
+        else:
+            kwargs = {what: value}
+        self.refused(lambda: self.m.add_sequence(seq_id, tokens, **kwargs))
+
+    @precondition(lambda self: len(self.m) > 0)
+    @rule(data=st.data(), n=st.integers(1, 5))
+    def append(self, data, n):
+        seq = data.draw(st.sampled_from(self.m.sequence_ids))
+        with contextlib.suppress(OutOfBlocks):
+            self.m.append_tokens(seq, [3] * n)
+
+    @precondition(lambda self: len(self.m) > 0)
+    @rule(data=st.data(), bad=st.sampled_from(BAD_TOKENS))
+    def append_refused(self, data, bad):
+        seq = data.draw(st.sampled_from(self.m.sequence_ids))
+        self.refused(lambda: self.m.append_tokens(seq, bad))
+        self.refused(lambda: self.m.append_tokens("nobody", [1]), UnknownSequence)
+
+    @precondition(lambda self: len(self.m) > 0)
+    @rule(data=st.data())
+    def fork(self, data):
+        parent = data.draw(st.sampled_from(self.m.sequence_ids))
+        self.m.fork(parent, self.next_id)
+        self.next_id += 1
+        self.m.pop_block_copies()
+
+    @precondition(lambda self: len(self.m) > 0)
+    @rule(data=st.data(), child=st.sampled_from([["x"], "existing"]))
+    def fork_refused(self, data, child):
+        parent = data.draw(st.sampled_from(self.m.sequence_ids))
+        child = parent if child == "existing" else child
+        self.refused(lambda: self.m.fork(parent, child))
+        self.refused(lambda: self.m.fork(cast(Any, ["x"]), self.next_id), UnknownSequence)
+
+    @precondition(lambda self: len(self.m) > 0)
+    @rule(data=st.data())
+    def free(self, data):
+        self.m.free_sequence(data.draw(st.sampled_from(self.m.sequence_ids)))
+
+    @rule(bad=st.sampled_from(["nobody", ["x"], None]))
+    def free_refused(self, bad):
+        self.refused(lambda: self.m.free_sequence(bad), UnknownSequence)
+
+
+TestRefusalMachine = RefusalMachine.TestCase
+TestRefusalMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
