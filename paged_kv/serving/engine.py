@@ -134,6 +134,12 @@ class Engine:
     pool=YourPool, block_hasher=..., prefix_lookup=..., allocate_table=...)` (or
     `prefix_index="radix"` for SGLang's radix tree). `schedule="longest_prefix"` admits waiting
     requests longest cached prefix first (`Scheduler(policy=...)`).
+
+    Failures: a request that could never be served is refused by `add_request`/`generate`
+    before anything is queued. A step that raises (the model, attention, sampling, a tier)
+    changes nothing but the cache's contents: its requests go back to waiting with all their
+    tokens, to be retried by the next step, and no block it was to write stays in the prefix
+    cache. `abort` drops a request for good; a failed `generate` aborts its own requests.
     """
 
     def __init__(
