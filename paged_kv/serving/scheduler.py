@@ -30,7 +30,8 @@ SchedulePolicy = Literal["fcfs", "longest_prefix"]
 
 
 MIN_TEMPERATURE = 1e-4
-"""The lowest temperature above 0 (greedy): lower ones sample the argmax anyway."""
+"""The lowest temperature above 0 (greedy) a request takes: there a logit gap of 0.01 already
+weighs e^-100, so anything colder is greedy in all but name (pass 0)."""
 MAX_SEED = 2**64 - 1
 """The largest seed: what `torch.Generator.manual_seed` takes (negative ones alias these)."""
 
