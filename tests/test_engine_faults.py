@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged_kv.attention import paged_decode
+from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
-from paged_kv.cache.prefix_index import PrefixIndexName
 from paged_kv.cache.snapshot import BlockState
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.engine import Engine
@@ -56,7 +56,7 @@ class Faults:
             raise InjectedFault(f"injected fault in {stage}")
 
 
-def faulty_engine(model: TinyLM, faults: Faults, prefix_index: PrefixIndexName) -> Engine:
+def faulty_engine(model: TinyLM, faults: Faults, manager: str) -> Engine:
     """An engine whose forward pass, decode attention, sampling and store can fail."""
 
     def attention(
@@ -74,7 +74,7 @@ def faulty_engine(model: TinyLM, faults: Faults, prefix_index: PrefixIndexName) 
         max_running=3,
         attention=attention,
         store=store,
-        manager_factory=partial(KVCacheManager, prefix_index=prefix_index),
+        manager_factory=MANAGERS[manager],
     )
     # After layer 0 wrote its K/V: a failure halfway through the forward pass.
     model.layers[1].register_forward_pre_hook(lambda *_: faults.hit("forward"))
@@ -127,14 +127,21 @@ def check_bookkeeping(engine: Engine, num_blocks: int = 28) -> None:
         assert request.num_output_tokens < request.params.max_new_tokens
 
 
-@pytest.mark.parametrize("prefix_index", ["hash", "radix"])
+MANAGERS: dict[str, Callable[..., KVCacheManager]] = {
+    "hash": KVCacheManager,
+    "radix": partial(KVCacheManager, prefix_index="radix"),
+    "your pool": partial(KVCacheManager, pool=BlockPool),  # a CachingPool over a plain pool
+}
+
+
+@pytest.mark.parametrize("manager", sorted(MANAGERS))
 def test_random_faults_never_change_a_completed_request_nor_leak(
-    prefix_index: PrefixIndexName,
+    manager: str,
 ) -> None:
     rng = random.Random(25)
     model = TinyLM(seed=3)
     faults = Faults()
-    engine = faulty_engine(model, faults, prefix_index)
+    engine = faulty_engine(model, faults, manager)
     stems = [[rng.randrange(256) for _ in range(12)] for _ in range(8)]
     prompts = [
         stems[i % 8][: rng.randrange(5, 13)] + [rng.randrange(256) for _ in range(rng.randrange(4))]
