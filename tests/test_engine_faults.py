@@ -354,12 +354,13 @@ class EngineMachine(RuleBasedStateMachine):
             max_running=3,
             attention=attention,
         )
-        self.model.layers[0].register_forward_hook(lambda *_: self.faults.hit("forward"))
+        self.hook = self.model.layers[0].register_forward_hook(
+            lambda *_: self.faults.hit("forward")
+        )
         self.checked: set[int] = set()
 
     def teardown(self) -> None:
-        for layer in self.model.layers:  # the class's model: drop this example's hook
-            layer._forward_hooks.clear()
+        self.hook.remove()  # the model is the class's: this example's hook goes
 
     def observed(self) -> tuple[object, ...]:
         e = self.engine
