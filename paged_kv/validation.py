@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable
-from typing import SupportsIndex, cast
+from typing import cast
 
 from paged_kv.errors import InvalidArgument
 
@@ -18,11 +18,11 @@ def as_int(value: object) -> int | None:
     """`value` as a plain int if it is an integer (not a bool), else None."""
     if type(value) is int:
         return value
-    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+    if isinstance(value, bool):
         return None
     try:
         return operator.index(value)
-    except TypeError:  # e.g. a tensor of floats, or of more than one element
+    except TypeError:
         return None
 
 
@@ -55,20 +55,34 @@ def require_seconds(name: str, value: object, *, allow_zero: bool = False) -> fl
     return seconds
 
 
+MAX_TOKEN_ID = 2**63 - 1
+"""The largest token id: block hashes encode each token as a signed 64-bit integer."""
+
+
 def require_token_ids(
     values: Iterable[object], what: str, vocab_size: int | None = None
 ) -> list[int]:
-    """`values` as a list of plain ints, each a token id (>= 0, and < `vocab_size` if given)."""
-    given = list(values)
-    if given and set(map(type, given)) == {int}:  # the common case, checked at C speed
-        tokens = cast("list[int]", given)  # every element is an int: its type was just checked
-        if min(tokens) >= 0 and (vocab_size is None or max(tokens) < vocab_size):
-            return tokens
-    tokens = []
-    for value in given:
+    """`values` as a list of plain ints, each a token id: >= 0, and < `vocab_size` if given,
+    else at most `MAX_TOKEN_ID`. Anything else (a str, None, a float) is `InvalidArgument`."""
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise InvalidArgument(
+            f"{what} must be a sequence of token ids, got {type(values).__name__}; pass a "
+            "list of ints."
+        )
+    tokens = list(values)
+    limit = MAX_TOKEN_ID + 1 if vocab_size is None else vocab_size
+    if (
+        tokens
+        and set(map(type, tokens)) == {int}  # the common case, checked at C speed
+        and min(tokens) >= 0
+        and max(tokens) < limit
+    ):
+        return cast("list[int]", tokens)  # every element is an int: its type was just checked
+    for i, value in enumerate(tokens):
         token = as_int(value)
-        if token is None or token < 0 or (vocab_size is not None and token >= vocab_size):
-            allowed = f"ints in 0..{vocab_size - 1}" if vocab_size else "ints >= 0"
-            raise InvalidArgument(f"{what} must be token ids ({allowed}); found {value!r}.")
-        tokens.append(token)
-    return tokens
+        if token is None or not 0 <= token < limit:
+            raise InvalidArgument(
+                f"{what} must be token ids (ints in 0..{limit - 1}); found {value!r}."
+            )
+        tokens[i] = token
+    return cast("list[int]", tokens)  # each element was just replaced by its int

@@ -1,9 +1,12 @@
 """Paged attention against a float64 dense reference; KV content through the manager."""
 
+import re
+from typing import Any, cast
+
 import pytest
 import torch
 
-from paged_kv import InvalidArgument, KVCacheManager
+from paged_kv import InvalidArgument, InvalidBlock, KVCacheManager
 from paged_kv.attention import paged_decode, paged_prefill, reference_decode, to_flashinfer
 from paged_kv.attention.storage import KVStorage
 from paged_kv.attention.testing import dense_attention, random_paged_batch
@@ -182,3 +185,92 @@ def test_attention_checks_catch_mistakes():
 
     with pytest.raises(checks.CheckFailed, match="Weight"):
         checks.check_lse_merge(naive_mean)
+
+
+def _flex(*args):
+    from paged_kv.attention.flex import flex_paged_decode
+
+    return flex_paged_decode(*args)
+
+
+def _cpu(*args):
+    from paged_kv.attention.cpu_decode import cpu_paged_decode
+
+    return cpu_paged_decode(*args)
+
+
+DECODERS = {"reference": reference_decode, "cpu": _cpu, "flex": _flex, "dispatch": paged_decode}
+
+
+def _bad_decode_calls():
+    """(name, call arguments, error, message) for each way a decode call can be wrong."""
+    q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(7), 3, 4, 2, 2, 16)
+    capacity = tables.shape[1] * 4
+    first_used = tables.clone()
+    first_used[1, 0] = k.shape[0]  # one past the last block
+    negative = tables.clone()
+    negative[2, 0] = -1
+    return [
+        ("one length, three sequences", (q, k, v, tables, lens[:1]), InvalidArgument, "one length"),
+        ("a table too few", (q, k, v, tables[:2], lens), InvalidArgument, "block_tables must"),
+        ("float lengths", (q, k, v, tables, lens.float()), InvalidArgument, "integer"),
+        (
+            "beyond the table",
+            (q, k, v, tables, lens.clone().fill_(capacity + 1)),
+            InvalidArgument,
+            f"holds 0..{capacity}",
+        ),
+        ("negative length", (q, k, v, tables, lens - 100), InvalidArgument, "has length -"),
+        ("block id past the cache", (q, k, v, first_used, lens), InvalidBlock, "sequence 1 uses"),
+        ("negative block id", (q, k, v, negative, lens), InvalidBlock, "block id -1"),
+        ("heads not grouped", (q[:, :3], k, v, tables, lens), InvalidArgument, "multiple"),
+        ("q not 3-D", (q[0], k, v, tables, lens), InvalidArgument, "shapes"),
+    ]
+
+
+@pytest.mark.parametrize("backend", sorted(DECODERS))
+@pytest.mark.parametrize(("case", "args", "error", "match"), _bad_decode_calls())
+def test_every_decode_backend_refuses_a_bad_call_with_a_typed_error(
+    backend, case, args, error, match
+):
+    with pytest.raises(error, match=re.escape(match)):
+        DECODERS[backend](*args)
+
+
+@pytest.mark.parametrize("backend", sorted(DECODERS))
+def test_table_entries_past_a_sequence_are_not_checked(backend):
+    q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(8), 3, 4, 2, 2, 16)
+    k, v = k.nan_to_num(), v.nan_to_num()  # flex lets NaN in visited unused slots through
+    padded = torch.where(tables < 0, 10**6, tables)  # padding no length reaches
+    out = DECODERS[backend](q, k, v, padded, lens)
+    assert torch.allclose(out, reference_decode(q, k, v, tables, lens), atol=1e-5)
+
+
+def test_prefill_refuses_lengths_beyond_its_table_and_foreign_blocks():
+    q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(9), 1, 4, 2, 2, 16)
+    table, n = tables[0][tables[0] >= 0], int(lens[0])
+    with pytest.raises(InvalidArgument, match=r"holds 0\.\."):
+        paged_prefill(q[:1].expand(2, -1, -1), k, v, table, len(table) * 4 + 1)
+    bad = table.clone()
+    bad[-1] = k.shape[0]
+    with pytest.raises(InvalidBlock, match="uses block id"):
+        paged_prefill(q[:1], k, v, bad, n)
+    with pytest.raises(InvalidArgument, match="seq_len"):
+        paged_prefill(q[:1], k, v, table, cast(Any, 1.5))
+    with pytest.raises(InvalidArgument, match="1-D integer"):
+        paged_prefill(q[:1], k, v, table[None], n)
+
+
+def test_triton_entries_check_before_launching(monkeypatch):
+    pytest.importorskip("triton")
+    from paged_kv.attention import triton_decode, triton_prefill
+
+    q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(10), 2, 4, 2, 2, 16)
+    for module in (triton_decode, triton_prefill):
+        monkeypatch.setattr(module, "triton_refusal", lambda *a: None)  # as on a GPU
+    bad = tables.clone()
+    bad[0, 0] = 99
+    with pytest.raises(InvalidBlock, match="block id 99"):
+        triton_decode.triton_paged_decode(q, k, v, bad, lens)
+    with pytest.raises(InvalidBlock, match="block id 99"):
+        triton_prefill.triton_paged_prefill(q[:1], k, v, bad[0], int(lens[0]))

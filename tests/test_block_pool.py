@@ -1,8 +1,11 @@
+import copy
 import functools
+import pickle
 
 import pytest
 
 from paged_kv import BlockPool, BlockState, InvalidArgument, InvalidBlock, OutOfBlocks, PagedKVError
+from paged_kv.cache.ref_count_pool import MAX_BLOCKS
 from paged_kv.course import checks
 
 
@@ -227,3 +230,53 @@ def test_keep_content_needs_a_block_in_use():
         pool.keep_content([0])
     with pytest.raises(InvalidArgument):
         BlockPool(2, eviction="random")
+
+
+def test_a_pool_beyond_the_cap_is_a_typed_error_not_a_memory_error():
+    with pytest.raises(InvalidArgument, match="more than a pool takes"):
+        BlockPool(10**10)
+    with pytest.raises(InvalidArgument, match="67,108,864"):
+        BlockPool(MAX_BLOCKS + 1)
+
+
+def test_repr_names_free_cached_pages_and_allocation():
+    pool = BlockPool(8, 4, blocks_per_page=4, allocation="pack_pages")
+    assert repr(pool) == "BlockPool(8/8 free, block_size=4, 2 pages, allocation='pack_pages')"
+    a, b, _ = pool.allocate(3)
+    pool.keep_content([a])
+    pool.release([a, b])
+    assert repr(pool) == (
+        "BlockPool(6/8 free, 1 cached, block_size=4, 2 pages, allocation='pack_pages')"
+    )
+    assert repr(BlockPool(3)) == "BlockPool(3/3 free, block_size=16, allocation='fifo')"
+
+
+@pytest.mark.parametrize("allocation", ["fifo", "pack_pages"])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_pool_is_independent_and_hands_out_the_same_blocks(allocation, how):
+    pool = BlockPool(8, 4, blocks_per_page=4, allocation=allocation, eviction="lfu")
+    held = pool.allocate(5)
+    pool.keep_content(held[:2])
+    pool.release(held[:3])
+    twin = copy.deepcopy(pool) if how == "deepcopy" else pickle.loads(pickle.dumps(pool))
+    assert twin.snapshot() == pool.snapshot() and repr(twin) == repr(pool)
+    assert twin.allocate(5) == pool.allocate(5)  # same free order, same eviction choice
+    twin.release(held[3:])
+    assert twin.snapshot() != pool.snapshot()  # the original did not see that
+
+
+def test_discard_frees_cached_blocks_uncounted_and_refuses_others_changing_nothing():
+    forgotten = []
+    pool = BlockPool(6, 4, on_evict=forgotten.append)
+    a, b, c = pool.allocate(3)
+    pool.keep_content([a, b, c])
+    pool.release([a, b])
+    with pytest.raises(InvalidBlock, match="in_use"):
+        pool.discard([a, c])  # c is still in use
+    with pytest.raises(InvalidBlock, match="free"):
+        pool.discard([5])  # free: nothing to discard
+    assert pool.num_cached == 2 and not forgotten
+    pool.discard([b, a, b])
+    assert (pool.num_cached, pool.num_free, forgotten) == (0, 5, [b, a])
+    assert pool.evictions == {"allocation": 0, "reset": 0}  # not an eviction
+    assert pool.state(a) is BlockState.FREE and pool.state(c) is BlockState.IN_USE

@@ -9,6 +9,7 @@ import torch
 
 from paged_kv.attention import cpu_decode, paged_decode, reference_decode
 from paged_kv.attention.testing import dense_attention, random_paged_batch
+from paged_kv.errors import InvalidArgument, InvalidBlock
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,11 +91,11 @@ def test_an_empty_sequence_gives_zeros_like_the_reference():
     assert torch.equal(reference_decode(q, k_cache, v_cache, tables, lens)[0], out[0])
 
 
-def test_bad_tables_and_lengths_raise_instead_of_reading_out_of_bounds():
+def test_bad_tables_and_lengths_raise_typed_errors_instead_of_reading_out_of_bounds():
     q, cache = torch.zeros(1, 2, 16), torch.zeros(3, 4, 1, 16)
-    with pytest.raises(IndexError, match="block id 7 is not a block"):
+    with pytest.raises(InvalidBlock, match=r"block id 7 .* blocks 0\.\.2"):
         cpu_decode.cpu_paged_decode(q, cache, cache, torch.tensor([[0, 7]]), torch.tensor([6]))
-    with pytest.raises(RuntimeError, match="tokens"):
+    with pytest.raises(InvalidArgument, match=r"length 9, .* holds 0\.\.8 tokens"):
         cpu_decode.cpu_paged_decode(q, cache, cache, torch.tensor([[0, 1]]), torch.tensor([9]))
 
 

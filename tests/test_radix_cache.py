@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from paged_kv import BlockState, InvalidArgument, KVCacheManager, OutOfBlocks
+from paged_kv import BlockState, InvalidArgument, InvalidBlock, KVCacheManager, OutOfBlocks
 from paged_kv.cache.eviction import LRU, POLICIES
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache, blocks_on_path
 
@@ -291,3 +291,29 @@ class RadixMachine(RuleBasedStateMachine):
 
 TestRadixMachine = RadixMachine.TestCase
 TestRadixMachine.settings = settings(max_examples=120, stateful_step_count=40, deadline=None)
+
+
+def test_format_tree_draws_each_namespace_edge_blocks_and_locks():
+    m = KVCacheManager(16, 2, prefix_index="radix")
+    tree = m.prefix_cache
+    assert isinstance(tree, RadixCache) and tree.format_tree() == "(empty)"
+    m.add_sequence("a", list(range(1, 12)), salt="t")
+    m.add_sequence("b", [1, 2, 3, 4, 9, 9, 9], salt="t")
+    m.add_sequence("c", [5, 6, 7], extra_keys=(3,))
+    assert tree.format_tree(max_tokens=4) == "\n".join(
+        [
+            "root (salt 't')",
+            "└─ [1 2 3 4] (4 tokens) blocks [0, 1] lock 2",
+            "   ├─ [5 6 7 8 …] (6 tokens) blocks [2, 3, 4] lock 1",
+            "   └─ [9 9] (2 tokens) blocks [6] lock 1",
+            "root (salt None, extra keys (3,))",
+            "└─ [5 6] (2 tokens) blocks [8] lock 1",
+        ]
+    )
+
+
+def test_leaf_first_with_nothing_evictable_raises_invalid_block():
+    policy = LeafFirst(LRU(), RadixCache(4))
+    with pytest.raises(InvalidBlock, match="no evictable block"):
+        policy.evict()
+    assert policy.deferred == 0 and len(policy) == 0

@@ -5,11 +5,13 @@
 
 import math
 from functools import cache
+from typing import Any, cast
 
 import pytest
 
 from paged_kv import LRU, InvalidArgument, KVCacheManager
 from paged_kv.serving import Engine, SamplingParams, Scheduler, TinyLM, greedy_dense
+from paged_kv.serving.scheduler import MAX_SEED, MIN_TEMPERATURE
 
 
 @cache
@@ -23,7 +25,9 @@ def test_max_new_tokens_must_be_a_positive_int(bad):
         SamplingParams(max_new_tokens=bad)
 
 
-@pytest.mark.parametrize("bad", [-1.0, -1e-12, -1, math.nan, -math.inf])
+@pytest.mark.parametrize(
+    "bad", [-1.0, -1e-12, -1, math.nan, -math.inf, math.inf, MIN_TEMPERATURE / 2, 1e-45, "1", True]
+)
 def test_temperature_must_be_a_non_negative_number(bad):
     with pytest.raises(InvalidArgument, match="temperature"):
         SamplingParams(temperature=bad)
@@ -32,7 +36,7 @@ def test_temperature_must_be_a_non_negative_number(bad):
 def test_the_last_good_sampling_values():
     assert SamplingParams(max_new_tokens=1).max_new_tokens == 1
     assert SamplingParams(temperature=0).temperature == 0
-    assert SamplingParams(temperature=1e-12).temperature == 1e-12
+    assert SamplingParams(temperature=MIN_TEMPERATURE).temperature == MIN_TEMPERATURE
 
 
 def test_sampling_defaults():
@@ -124,6 +128,17 @@ def test_a_request_may_fill_the_whole_cache_but_not_one_token_more():
         {"max_new_tokens": True},
         {"temperature": -0.5},
         {"temperature": math.nan},
+        {"temperature": 1e-45},  # once a RuntimeError from multinomial, mid-step
+        {"temperature": "1"},
+        {"temperature": math.inf},
+        {"temperature": 0.5, "seed": 1.5},
+        {"temperature": 0.5, "seed": 2**70},
+        {"temperature": 0.5, "seed": -1},
+        {"temperature": 0.5, "seed": MAX_SEED},  # + 1 for the second prompt: too big
+        {"salt": "\ud800"},  # once a UnicodeEncodeError while pricing, after queueing
+        {"salt": 5},
+        {"stop_token_ids": [-1]},
+        {"stop_token_ids": 5},
     ],
 )
 def test_bad_generate_arguments_change_nothing(kwargs):
@@ -132,7 +147,7 @@ def test_bad_generate_arguments_change_nothing(kwargs):
     engine.step()
     before = engine.stats()
     with pytest.raises(InvalidArgument):
-        engine.generate([[5, 6]], **kwargs)
+        engine.generate([[5, 6], [7]], **kwargs)
     assert list(engine.requests) == [rid]
     assert [r.request_id for r in engine.scheduler.running] == [rid]
     assert not engine.scheduler.waiting
@@ -144,3 +159,57 @@ def test_bad_generate_arguments_change_nothing(kwargs):
     )
     engine.run()
     assert engine.completion(rid).token_ids == greedy_dense(model(), [1, 2], 3)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "match"),
+    [
+        (None, "a prompt is a str or a sequence"),
+        (5, "a prompt is a str or a sequence"),
+        ([2**63], "token ids"),  # once accepted, then a struct.error when its block filled
+        ([256], r"0\.\.255"),  # beyond the vocabulary
+        ([1.5], "token ids"),
+        (["a"], "token ids"),
+        ([], "empty"),
+    ],
+)
+def test_a_bad_prompt_is_refused_before_it_is_queued(prompt, match):
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    with pytest.raises(InvalidArgument, match=match):
+        engine.add_request(prompt)
+    with pytest.raises(InvalidArgument, match=match):
+        engine.generate([[1, 2], prompt])
+    assert not engine.requests and not engine.has_unfinished()
+    assert engine.stats().requests == 0
+    assert engine.generate([[1, 2]], max_new_tokens=2)[0].token_ids == greedy_dense(
+        model(), [1, 2], 2
+    )
+
+
+def test_add_request_takes_sampling_params_only():
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    with pytest.raises(InvalidArgument, match="SamplingParams"):
+        engine.add_request([1, 2], cast(Any, {"max_new_tokens": 2}))
+    assert not engine.requests
+
+
+def test_a_str_is_one_prompt_and_a_list_of_ints_is_not_a_list_of_prompts():
+    engine = Engine(model(), num_blocks=16, block_size=4)
+    (one,) = engine.generate("hello", max_new_tokens=3)
+    assert one.prompt_ids == list(b"hello")
+    assert one.token_ids == engine.generate(["hello"], max_new_tokens=3)[0].token_ids
+    with pytest.raises(InvalidArgument, match="list of prompts"):
+        engine.generate(cast(Any, [1, 2, 3]))
+    with pytest.raises(InvalidArgument, match="list of prompts"):
+        engine.generate(cast(Any, None))
+    assert not engine.has_unfinished()
+
+
+def test_the_extreme_accepted_values_sample_finitely():
+    assert SamplingParams(seed=MAX_SEED).seed == MAX_SEED
+    assert SamplingParams(seed=0, stop_token_ids=cast(Any, [3])).stop_token_ids == (3,)
+    engine = Engine(model(), num_blocks=16, block_size=4)
+    (coldest,) = engine.generate([[1, 2, 3]], 4, temperature=MIN_TEMPERATURE, seed=MAX_SEED)
+    assert coldest.token_ids == greedy_dense(model(), [1, 2, 3], 4)  # as good as greedy
+    (hottest,) = engine.generate([[1, 2, 3]], 4, temperature=1e30, seed=0)
+    assert all(0 <= t < 256 for t in hottest.token_ids)  # uniform, but finite

@@ -14,10 +14,11 @@ import importlib.util
 
 import torch
 
+from paged_kv.attention.checks import check_caches
 from paged_kv.attention.cpu_decode import LANES, cpu_paged_decode, handles
 from paged_kv.attention.flashinfer import to_flashinfer
-from paged_kv.attention.reference import _group, reference_decode
 from paged_kv.attention.reference import paged_prefill as reference_prefill
+from paged_kv.attention.reference import reference_decode
 from paged_kv.attention.storage import KVStorage, gather_kv, write_kv
 from paged_kv.attention.triton_shapes import triton_refusal
 from paged_kv.errors import InvalidArgument
@@ -125,8 +126,10 @@ def paged_decode(
 
     See `reference_decode` for the shapes. `backend`: None (auto, see `decode_backend`),
     "triton" (CUDA; the CPU too under TRITON_INTERPRET=1), "cpu" (the C++ kernel) or "reference".
+    Each backend checks the call first (`checks.check_decode_args`): bad shapes or lengths
+    raise `InvalidArgument`, a block id outside the cache `InvalidBlock`.
     """
-    _group(q.shape[1], k_cache.shape[2])
+    check_caches(q, k_cache, v_cache)  # shapes first, whatever the backend
     chosen = _chosen(backend, "decode", q, k_cache, v_cache)
     if chosen == "triton":
         from paged_kv.attention.triton_decode import triton_paged_decode
@@ -152,7 +155,7 @@ def paged_prefill(
     See `reference.paged_prefill` for the shapes. `backend`: None (auto, see `prefill_backend`),
     "triton" (CUDA; the CPU too under TRITON_INTERPRET=1) or "reference".
     """
-    _group(q.shape[1], k_cache.shape[2])
+    check_caches(q, k_cache, v_cache)  # shapes first, whatever the backend
     if _chosen(backend, "prefill", q, k_cache, v_cache) == "triton":
         from paged_kv.attention.triton_prefill import triton_paged_prefill
 

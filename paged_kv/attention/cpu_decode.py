@@ -40,8 +40,8 @@ from typing import TextIO
 
 import torch
 
+from paged_kv.attention.checks import check_decode_args
 from paged_kv.attention.cpu_decode_cpp import SOURCE
-from paged_kv.attention.reference import _group
 
 LANES = 16  # floats per vector in the kernel; head_dim must be a multiple of it
 
@@ -274,7 +274,7 @@ def cpu_paged_decode(
 
     Call it only where `handles(q, k_cache, v_cache)` is True.
     """
-    _group(q.shape[1], k_cache.shape[2])
+    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens)
     kernel = _kernel()
     assert kernel is not None  # callers asked `handles` first, which needs the kernel
     return kernel.paged_decode_f32(

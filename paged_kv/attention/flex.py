@@ -27,7 +27,7 @@ import warnings
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from paged_kv.attention.reference import _group
+from paged_kv.attention.checks import check_decode_args
 
 Q_BLOCK = 128  # flex's default query block; a decode step has one query per sequence
 
@@ -88,8 +88,8 @@ def flex_paged_decode(
     Pass `block_mask` (from `paged_block_mask`) to reuse one across calls; `compiled=True`
     runs `torch.compile(flex_attention)`.
     """
+    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens)
     num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
-    _group(q.shape[1], num_kv_heads)
     if block_mask is None:
         block_mask = paged_block_mask(block_tables, seq_lens, num_blocks, block_size)
     pool = (1, num_blocks * block_size, num_kv_heads, head_dim)

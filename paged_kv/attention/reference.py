@@ -10,8 +10,8 @@ import math
 
 import torch
 
+from paged_kv.attention.checks import check_decode_args, check_prefill_args
 from paged_kv.attention.storage import gather_kv
-from paged_kv.errors import InvalidArgument
 
 
 def reference_decode(
@@ -28,7 +28,7 @@ def reference_decode(
     num_kv_heads, head_dim]; block_tables: [batch, max_blocks] (entries past a sequence's
     blocks are ignored); seq_lens: [batch]. Returns [batch, num_q_heads, head_dim].
     """
-    _group(q.shape[1], k_cache.shape[2])
+    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens)
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     for b, length in enumerate(seq_lens.tolist()):
         k, v = gather_kv(k_cache, v_cache, block_tables[b], length)
@@ -50,10 +50,8 @@ def paged_prefill(
     from the cache. q: [num_new, num_q_heads, head_dim]; block_table: [num_blocks_of_seq].
     Returns [num_new, num_q_heads, head_dim].
     """
+    seq_len = check_prefill_args(q, k_cache, v_cache, block_table, seq_len)
     num_new = q.shape[0]
-    _group(q.shape[1], k_cache.shape[2])
-    if not 0 < num_new <= seq_len:
-        raise InvalidArgument(f"need 0 < new tokens ({num_new}) <= seq_len ({seq_len}).")
     k, v = gather_kv(k_cache, v_cache, block_table, seq_len)
     positions = torch.arange(seq_len - num_new, seq_len, device=q.device)
     visible = torch.arange(seq_len, device=q.device)[None, :] <= positions[:, None]  # [n, T]
@@ -82,14 +80,6 @@ def _attend(
         scores.masked_fill_(~mask.repeat_interleave(group, dim=0), float("-inf"))
     out = scores.softmax(dim=-1) @ v.float().transpose(0, 1)  # [Hkv, n*G, D]
     return out.view(num_kv_heads, n, group, head_dim).transpose(0, 1).reshape(q.shape)
-
-
-def _group(num_q_heads: int, num_kv_heads: int) -> int:
-    if num_q_heads % num_kv_heads:
-        raise InvalidArgument(
-            f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})."
-        )
-    return num_q_heads // num_kv_heads
 
 
 def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from paged_kv.attention.reference import _group
+from paged_kv.attention.checks import check_decode_args, group_size
 from paged_kv.attention.triton_shapes import (
     ROWS,
     block_class,
@@ -184,7 +184,7 @@ def plan_decode(
     """
     batch, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    group = _group(num_q_heads, num_kv_heads)
+    group = group_size(num_q_heads, num_kv_heads)
     chunks = triton.cdiv(group, ROWS)
     width = head_dim_width(head_dim)
     tile = decode_tile(k_cache.dtype, width)
@@ -262,13 +262,13 @@ def triton_paged_decode(
 ) -> torch.Tensor:
     """Same contract as `paged_kv.attention.paged_decode`, computed by the Triton kernels.
 
-    `seq_lens[b]` must not exceed `block_tables.shape[1] * block_size` (not checked on the
-    device: that would cost a copy to the host per call). Raises `InvalidArgument` for a call
-    the kernels cannot take (see `triton_shapes.triton_refusal`).
+    Raises `InvalidArgument` for a call the kernels cannot take (see
+    `triton_shapes.triton_refusal`) and for lengths or block ids `check_decode_args` refuses.
     """
     reason = triton_refusal(q, k_cache, v_cache)
     if reason is not None:
         raise InvalidArgument(f"the Triton decode kernel cannot take this call: {reason}.")
+    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens)
     launches, out = plan_decode(q, k_cache, v_cache, block_tables, seq_lens, scale, splits)
     for launch in launches:
         launch.kernel[launch.grid](*launch.args, **launch.constants)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from paged_kv.attention.reference import _group
+from paged_kv.attention.checks import check_prefill_args, group_size
 from paged_kv.attention.triton_decode import LOG2_E, Launch, dot_precision
 from paged_kv.attention.triton_shapes import (
     block_class,
@@ -135,7 +135,7 @@ def plan_prefill(
     """The launch of a prefill call and the output it fills."""
     num_new, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    group = _group(num_q_heads, num_kv_heads)
+    group = group_size(num_q_heads, num_kv_heads)
     if not 0 < num_new <= seq_len:
         raise InvalidArgument(f"need 0 < new tokens ({num_new}) <= seq_len ({seq_len}).")
     if v_cache.stride() != k_cache.stride():
@@ -192,13 +192,15 @@ def triton_paged_prefill(
 ) -> torch.Tensor:
     """Same contract as `paged_kv.attention.paged_prefill`, computed by the Triton kernel.
 
-    The table must hold the sequence's first ceil(seq_len / block_size) blocks (not checked
-    on the device). Raises `InvalidArgument` for a call the kernel cannot take.
+    The table must hold the sequence's first ceil(seq_len / block_size) blocks, all blocks
+    of the cache (`check_prefill_args`). Raises `InvalidArgument` for a call the kernel cannot
+    take.
     """
     reason = triton_refusal(q, k_cache, v_cache)
     if reason is not None:
         raise InvalidArgument(f"the Triton prefill kernel cannot take this call: {reason}.")
-    launches, out = plan_prefill(q, k_cache, v_cache, block_table, int(seq_len), scale)
+    seq_len = check_prefill_args(q, k_cache, v_cache, block_table, seq_len)
+    launches, out = plan_prefill(q, k_cache, v_cache, block_table, seq_len, scale)
     for launch in launches:
         launch.kernel[launch.grid](*launch.args, **launch.constants)
     return out

@@ -215,6 +215,26 @@ class CachingPool:
         position = {block_id: i for i, block_id in enumerate(ids)}
         return sorted(freed + cached, key=position.__getitem__)
 
+    def discard(self, block_ids: Iterable[int]) -> None:
+        """Drop the content of these cached blocks now (they become free, whoever indexed them
+        is told), without counting an eviction: for blocks whose K/V a failed step never
+        wrote. Each must be cached (no reference, content kept), else `InvalidBlock`, nothing
+        changed."""
+        ids = list(dict.fromkeys(check_block_ids(block_ids, self.num_blocks)))
+        for block_id in ids:
+            if self._holders[block_id] != 0:
+                raise InvalidBlock(
+                    f"block {block_id} is {self.state(block_id).value}; only cached blocks can "
+                    "be discarded (free the sequences that hold it first)."
+                )
+        for block_id in ids:
+            self.policy.forget(block_id)
+            self._holders[block_id] = UNKEPT
+            if self.on_evict is not None:
+                self.on_evict(block_id)
+        if ids:
+            self.base.release(ids)  # the one reference below each kept block stood for it
+
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
         count = len(self.policy)

@@ -7,6 +7,7 @@ pages stay free and can be given back.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 
 
 class FifoFreeList(deque[int]):
@@ -20,6 +21,11 @@ class FifoFreeList(deque[int]):
 
     take = deque.popleft
     put = deque.append
+
+    def __reduce__(self) -> tuple[type[FifoFreeList], tuple[int], None, Iterator[int]]:
+        """Copies and pickles rebuild it empty, then append its ids in order (the deque's own
+        recipe would call `__init__` without `num_blocks`)."""
+        return (FifoFreeList, (0,), None, iter(self))
 
 
 class PackedPagesFreeList:

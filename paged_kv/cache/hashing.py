@@ -24,13 +24,39 @@ _CHILD = DOMAIN + b"\x01"  # how a block after a parent starts: domain, then lin
 
 
 def check_salt(salt: object) -> Salt:
-    """Return `salt` if it is None, str or bytes; otherwise raise `InvalidArgument`."""
+    """Return `salt` if it is None, bytes or a str that UTF-8 encodes (no lone surrogate);
+    otherwise raise `InvalidArgument`."""
     if salt is not None and not isinstance(salt, str | bytes):
         raise InvalidArgument(
             f"a salt must be a str, bytes or None, got {type(salt).__name__}; pass e.g. the "
             "tenant id as a string."
         )
+    if isinstance(salt, str):
+        _utf8(salt, "a salt")
     return salt
+
+
+def check_extra_keys(extra_keys: object) -> tuple[ExtraKey, ...]:
+    """`extra_keys` as a tuple if every key is a str, bytes, int or a tuple of them (what the
+    block hashes encode); otherwise raise `InvalidArgument` before anything uses them."""
+    if isinstance(extra_keys, str | bytes) or not isinstance(extra_keys, Sequence):
+        raise InvalidArgument(
+            f"extra_keys must be a sequence of keys, got {type(extra_keys).__name__}; pass a "
+            "tuple, e.g. (image_hash,)."
+        )
+    keys = tuple(extra_keys)
+    if keys:
+        _encode(keys)  # raises on a key the hashes cannot encode
+    return keys
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidArgument(
+            f"{what} must encode as UTF-8; {text!r} has {err.reason} at {err.start}."
+        ) from None
 
 
 def hash_block(
@@ -120,7 +146,7 @@ def _encode(value: object) -> bytes:
     if isinstance(value, int):
         return b"i" + str(value).encode()
     if isinstance(value, str):
-        return b"s" + value.encode("utf-8")
+        return b"s" + _utf8(value, "an extra key")
     if isinstance(value, bytes):
         return b"b" + value
     if isinstance(value, tuple | list):

@@ -7,7 +7,7 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
@@ -24,8 +24,9 @@ from paged_kv.cache.hit_metrics import PrefixHitCounter
 from paged_kv.cache.live_sequences import LiveSequences, SeqId, SequenceEntry
 from paged_kv.cache.prefix_index import PrefixIndex, PrefixIndexName, make_prefix_index
 from paged_kv.cache.sequence import TokenSequence
+from paged_kv.cache.snapshot import BlockState
 from paged_kv.errors import CacheBusy, DuplicateSequence, InvalidArgument, OutOfBlocks
-from paged_kv.validation import require_int, require_token_ids
+from paged_kv.validation import MAX_TOKEN_ID, require_int, require_token_ids
 
 
 class KVCacheManager(LiveSequences):
@@ -98,7 +99,7 @@ class KVCacheManager(LiveSequences):
         tokens whose K/V the caller loads from a lower tier into the new blocks before
         computing; they count as cached tokens (chapter 07's tiered store).
         """
-        if seq_id in self._seqs:
+        if self._is_live(seq_id):
             raise DuplicateSequence(
                 f"sequence {seq_id!r} already exists; free it first or pick a new id."
             )
@@ -137,7 +138,7 @@ class KVCacheManager(LiveSequences):
             type(token_ids) is list
             and len(token_ids) == 1
             and type(token_ids[0]) is int
-            and token_ids[0] >= 0
+            and 0 <= token_ids[0] <= MAX_TOKEN_ID
         ):
             tokens = token_ids
             if len(held) + 1 < entry.room:
@@ -164,7 +165,7 @@ class KVCacheManager(LiveSequences):
         into the shared, partly filled last block.
         """
         parent = self._entry(parent_id)
-        if child_id in self._seqs:
+        if self._is_live(child_id):
             raise DuplicateSequence(f"sequence {child_id!r} already exists; fork into a new id.")
         self.pool.share_unchecked(parent.block_table)
         child_seq = parent.seq.copy()
@@ -190,6 +191,13 @@ class KVCacheManager(LiveSequences):
         self._table_blocks -= len(entry.block_table)
         entry.seq._live = False
         del self._seqs[seq_id]
+
+    def discard_unwritten(self, block_ids: Iterable[int]) -> None:
+        """Blocks whose K/V a failed step never wrote, their sequences freed since: each one
+        cached now leaves the prefix cache and becomes free, so no prefix hit can read it
+        (one in use or free is left alone). Deepest first, for the radix tree's leaves."""
+        pool = self.pool
+        pool.discard([b for b in block_ids if pool.state(b) is BlockState.CACHED])
 
     def pop_block_copies(self) -> list[tuple[int, int]]:
         """(source, destination) block copies that copy-on-write asked for since the last call."""
@@ -237,6 +245,16 @@ class KVCacheManager(LiveSequences):
         )
 
     # -- internals -----------------------------------------------------------------------
+
+    def _is_live(self, seq_id: SeqId) -> bool:
+        """Is `seq_id` live? A new id must be hashable: else `InvalidArgument`."""
+        try:
+            return seq_id in self._seqs
+        except TypeError:
+            raise InvalidArgument(
+                f"sequence ids must be hashable (an int, a str, a tuple...), got "
+                f"{type(seq_id).__name__}."
+            ) from None
 
     def _sequence(
         self, token_ids: Sequence[int] | TokenSequence, salt: Salt, extra_keys: Sequence[ExtraKey]

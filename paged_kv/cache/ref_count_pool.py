@@ -19,6 +19,11 @@ from paged_kv.validation import require_int, require_positive_int
 Allocation = Literal["fifo", "pack_pages"]
 
 
+MAX_BLOCKS = 2**26
+"""The most blocks a pool takes: about 50 bytes of host bookkeeping each (3 GiB at the cap),
+and at 16 tokens a block a billion tokens, more K/V than any one device holds."""
+
+
 class RefCountPool:
     """`num_blocks` blocks of `block_size` tokens, each free (count 0) or held (count >= 1).
 
@@ -36,6 +41,11 @@ class RefCountPool:
     ) -> None:
         require_positive_int("num_blocks", num_blocks)
         require_positive_int("block_size", block_size)
+        if num_blocks > MAX_BLOCKS:
+            raise InvalidArgument(
+                f"num_blocks={num_blocks} is more than a pool takes ({MAX_BLOCKS:,}); use "
+                "bigger blocks (block_size) or fewer of them."
+            )
         if blocks_per_page is not None:
             require_positive_int("blocks_per_page", blocks_per_page)
             if num_blocks % blocks_per_page:

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from paged_kv.cache.hashing import BlockHash, BlockHashChain, ExtraKey, Salt, check_salt
+from paged_kv.cache.hashing import (
+    BlockHash,
+    BlockHashChain,
+    ExtraKey,
+    Salt,
+    check_extra_keys,
+    check_salt,
+)
 from paged_kv.errors import InvalidArgument
 from paged_kv.validation import require_positive_int, require_token_ids
 
@@ -31,7 +38,7 @@ class TokenSequence:
     ) -> None:
         self.token_ids: list[int] = require_token_ids(token_ids, "the tokens", vocab_size)
         self.salt = check_salt(salt)
-        self.extra_keys = tuple(extra_keys)
+        self.extra_keys = check_extra_keys(extra_keys)
         self.num_cached_tokens = 0
         self._hashes: list[BlockHash] = []
         self._chain: BlockHashChain | None = None  # hashes _hashes at its block size

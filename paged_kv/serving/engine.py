@@ -7,7 +7,7 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +20,7 @@ from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
 from paged_kv.serving.scheduler import (
+    MAX_SEED,
     Preemption,
     Request,
     RequestStatus,
@@ -29,6 +30,7 @@ from paged_kv.serving.scheduler import (
     StepPlan,
 )
 from paged_kv.serving.tokenizer import ByteTokenizer
+from paged_kv.validation import as_int, require_token_ids
 
 if TYPE_CHECKING:
     from paged_kv.cache.hashing import Salt
@@ -132,6 +134,12 @@ class Engine:
     pool=YourPool, block_hasher=..., prefix_lookup=..., allocate_table=...)` (or
     `prefix_index="radix"` for SGLang's radix tree). `schedule="longest_prefix"` admits waiting
     requests longest cached prefix first (`Scheduler(policy=...)`).
+
+    Failures: a request that could never be served is refused by `add_request`/`generate`
+    before anything is queued. A step that raises (the model, attention, sampling, a tier)
+    changes nothing but the cache's contents: its requests go back to waiting with all their
+    tokens, to be retried by the next step, and no block it was to write stays in the prefix
+    cache. `abort` drops a request for good; a failed `generate` aborts its own requests.
     """
 
     def __init__(
@@ -187,9 +195,18 @@ class Engine:
         salt: Salt = None,
     ) -> int:
         """Queue a request; return its id. A request that could never be served is refused
-        here with `InvalidArgument`, before it touches any queue. `salt` (e.g. the tenant)
-        keeps its prefix blocks from being shared with requests of another salt."""
-        request = self._new_request(prompt, params or SamplingParams(), salt=salt)
+        here with `InvalidArgument`, before it touches any queue: a prompt that is not a str
+        or a sequence of token ids in the vocabulary, `params` not `SamplingParams`, a salt
+        that is not None, bytes or UTF-8 text. `salt` (e.g. the tenant) keeps its prefix
+        blocks from being shared with requests of another salt."""
+        if params is None:
+            params = SamplingParams()
+        elif not isinstance(params, SamplingParams):
+            raise InvalidArgument(
+                f"params must be SamplingParams, got {type(params).__name__}; e.g. "
+                "SamplingParams(max_new_tokens=32, temperature=0.7, seed=0)."
+            )
+        request = self._new_request(prompt, params, salt=salt)
         self._enqueue(request)
         return request.request_id
 
@@ -208,8 +225,22 @@ class Engine:
 
         Greedy by default; with a temperature, request i samples with seed `seed + i`, so
         results do not depend on how the requests were batched. Every prompt is checked
-        before any is queued.
+        before any is queued (a str is one prompt). All or nothing: if a step raises, these
+        requests are aborted before the error reaches the caller.
         """
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        elif not isinstance(prompts, Sequence):
+            raise InvalidArgument(
+                f"prompts must be a list of prompts (str or token ids), got "
+                f"{type(prompts).__name__}."
+            )
+        if seed is not None and as_int(seed) is not None and seed + len(prompts) - 1 > MAX_SEED:
+            raise InvalidArgument(
+                f"seed {seed} + {len(prompts) - 1} (one seed per prompt) exceeds 2**64-1; "
+                "pick a smaller seed."
+            )
+        stops = tuple(require_token_ids(stop_token_ids, "stop_token_ids"))
         requests = [
             self._new_request(
                 prompt,
@@ -217,7 +248,7 @@ class Engine:
                     max_new_tokens,
                     temperature,
                     None if seed is None else seed + i,
-                    tuple(stop_token_ids),
+                    stops,
                 ),
                 request_id=self._next_id + i,
                 salt=salt,
@@ -226,7 +257,13 @@ class Engine:
         ]
         for request in requests:
             self._enqueue(request)
-        self.run(progress=progress)
+        try:
+            self.run(progress=progress)
+        except BaseException:  # all or nothing: none of these stays queued
+            for request in requests:
+                if request.status in (RequestStatus.WAITING, RequestStatus.RUNNING):
+                    self.scheduler.abort(request)
+            raise
         return [self.completion(r.request_id) for r in requests]
 
     # -- stepping ------------------------------------------------------------------------
@@ -252,40 +289,58 @@ class Engine:
             bar.close()
 
     def step(self) -> StepPlan:
-        """Schedule, compute one batch, sample one token per scheduled request; return the plan."""
+        """Schedule, compute one batch, sample one token per scheduled request; return the plan.
+
+        All or nothing: if anything in the step raises (the model, attention, sampling, a
+        tier), the error reaches the caller and the step's requests go back to waiting with
+        every token they had, to be retried by the next step (`abort` drops one for good);
+        no block the step was to write stays visible to prefix lookups (`Scheduler.abandon`).
+        """
         began = time.perf_counter()
         plan = self.scheduler.schedule()
-        if not plan.chunks:
-            raise PagedKVError(
-                f"step {plan.step} scheduled nothing with {len(self.scheduler.waiting)} request(s) "
-                "waiting: the scheduler cannot make progress (a custom scheduler's bug?)."
-            )
-        self.kv.copy_blocks(self.manager.pop_block_copies())
-        if self.connector is not None:
-            self.connector.load_admitted(plan.chunks)  # loaded prefix blocks, before reading
-        batch = self._forward_batch(plan)
-        if self.attention is None:
-            logits = self.model(batch, self.kv)
-        else:
-            logits = self.model(batch, self.kv, decode=self.attention)
-        if self.connector is not None:
-            self.connector.save_computed(plan.chunks)  # blocks that became full this step
+        try:
+            if not plan.chunks:
+                raise PagedKVError(
+                    f"step {plan.step} scheduled nothing with {len(self.scheduler.waiting)} "
+                    "request(s) waiting: the scheduler cannot make progress (a custom "
+                    "scheduler's bug?)."
+                )
+            self.kv.copy_blocks(self.manager.pop_block_copies())
+            if self.connector is not None:
+                self.connector.load_admitted(plan.chunks)  # loaded prefix blocks, before reading
+            batch = self._forward_batch(plan)
+            if self.attention is None:
+                logits = self.model(batch, self.kv)
+            else:
+                logits = self.model(batch, self.kv, decode=self.attention)
+            if self.connector is not None:
+                self.connector.save_computed(plan.chunks)  # blocks that became full this step
+            tokens = self._sample_batch(plan, logits)
+        except BaseException:
+            self._stats.preemptions.extend(plan.preempted)  # those stand
+            self.scheduler.abandon(plan)
+            raise
         self._record(plan)
-        greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch
-        for chunk, row, best in zip(plan.chunks, logits, greedy, strict=True):
-            request = chunk.request
-            sampled = best if request.params.temperature == 0 else self._sample(row, request)
-            request.record_sample(sampled)
-            if request.is_done:
-                self.scheduler.finish(request)
+        for chunk, token in zip(plan.chunks, tokens, strict=True):
+            chunk.request.record_sample(token)
+            if chunk.request.is_done:
+                self.scheduler.finish(chunk.request)
         self._stats.elapsed_s += time.perf_counter() - began
         return plan
 
+    def abort(self, request_id: int) -> None:
+        """Drop a waiting or running request for good (e.g. one whose steps keep failing):
+        its blocks are released and it is never scheduled again."""
+        request = self._request(request_id)
+        if request.status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+            raise InvalidArgument(f"request {request_id} is {request.status.value} already.")
+        self.scheduler.abort(request)
+
     def completion(self, request_id: int) -> Completion:
         """The result of a finished request."""
-        request = self.requests.get(request_id)
-        if request is None:
-            raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
+        request = self._request(request_id)
+        if request.status is RequestStatus.ABORTED:
+            raise InvalidArgument(f"request {request_id} was aborted; it has no completion.")
         if request.status is not RequestStatus.FINISHED:
             raise InvalidArgument(f"request {request_id} has not finished; step the engine on.")
         return Completion(
@@ -316,6 +371,15 @@ class Engine:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _request(self, request_id: int) -> Request:
+        try:
+            request = self.requests.get(request_id)
+        except TypeError:  # unhashable
+            request = None
+        if request is None:
+            raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
+        return request
+
     def _new_request(
         self,
         prompt: str | Sequence[int],
@@ -323,9 +387,19 @@ class Engine:
         request_id: int | None = None,
         salt: Salt = None,
     ) -> Request:
-        if isinstance(prompt, str) and self.tokenizer is None:
-            raise InvalidArgument("this engine has no tokenizer: pass token ids, or tokenizer=.")
-        tokens = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidArgument(
+                    "this engine has no tokenizer: pass token ids, or tokenizer=."
+                )
+            tokens: Iterable[int] = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, Iterable):  # a list, tuple, array or tensor of token ids
+            tokens = prompt
+        else:
+            raise InvalidArgument(
+                f"a prompt is a str or a sequence of token ids, got {type(prompt).__name__}; "
+                "generate takes a list of prompts, e.g. [[1, 2, 3]] or ['hello']."
+            )
         seq = TokenSequence(tokens, salt=salt, vocab_size=self.model.config.vocab_size)
         if not seq.token_ids:
             raise InvalidArgument("the prompt is empty; give at least one token.")
@@ -360,12 +434,29 @@ class Engine:
             )
         return ForwardBatch.build(chunks, self.model.device)
 
+    def _sample_batch(self, plan: StepPlan, logits: torch.Tensor) -> list[int]:
+        """One token per chunk: the batch's argmax for greedy requests, a draw for the others.
+        If a draw fails, every generator is put back as it was, so a retry draws the same."""
+        tokens = logits.argmax(dim=-1).tolist()  # one call for the whole batch
+        drawn = [(i, c.request) for i, c in enumerate(plan.chunks) if c.request.params.temperature]
+        states = [request.generator.get_state() for _, request in drawn]
+        try:
+            for i, request in drawn:
+                tokens[i] = self._sample(logits[i], request)
+        except BaseException:
+            for (_, request), state in zip(drawn, states, strict=True):
+                request.generator.set_state(state)
+            raise
+        return tokens
+
     @staticmethod
     def _sample(logits: torch.Tensor, request: Request) -> int:
         """Draw from softmax(logits / T) with the request's own generator (T > 0; greedy
-        requests take the batch's argmax)."""
-        temperature = request.params.temperature
-        probs = torch.softmax(logits.float().cpu() / temperature, dim=-1)
+        requests take the batch's argmax). The largest logit is subtracted first, so no
+        accepted temperature overflows: the best token's weight is exactly 1 before
+        normalising."""
+        row = logits.float().cpu()
+        probs = torch.softmax((row - row.max()) / request.params.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=request.generator))
 
     def _record(self, plan: StepPlan) -> None:

@@ -9,6 +9,8 @@ recomputed from its tokens when it is admitted again.
 from __future__ import annotations
 
 import enum
+import math
+import numbers
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
@@ -17,18 +19,30 @@ from typing import Literal, Protocol
 
 import torch
 
+from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, OutOfBlocks
-from paged_kv.validation import require_int, require_positive_int
+from paged_kv.validation import as_int, require_int, require_positive_int, require_token_ids
 
 SchedulePolicy = Literal["fcfs", "longest_prefix"]
 """The order waiting requests are admitted in: arrival, or longest cached prefix first."""
 
 
+MIN_TEMPERATURE = 1e-4
+"""The lowest temperature above 0 (greedy) a request takes: there a logit gap of 0.01 already
+weighs e^-100, so anything colder is greedy in all but name (pass 0)."""
+MAX_SEED = 2**64 - 1
+"""The largest seed: what `torch.Generator.manual_seed` takes (negative ones alias these)."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick tokens: greedy when temperature is 0, else seeded random sampling."""
+    """How to pick tokens: greedy when temperature is 0, else seeded random sampling.
+
+    Checked when made: `max_new_tokens` an int >= 1, `temperature` a real number that is 0
+    or finite and at least `MIN_TEMPERATURE`, `seed` None or an int in 0..`MAX_SEED`,
+    `stop_token_ids` token ids."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
@@ -37,14 +51,30 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         require_positive_int("max_new_tokens", self.max_new_tokens)
-        if not self.temperature >= 0:
-            raise InvalidArgument(f"temperature must be >= 0 (0 is greedy): {self.temperature}.")
+        t = self.temperature
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, numbers.Real)
+            or not (t == 0 or MIN_TEMPERATURE <= t < math.inf)
+        ):
+            raise InvalidArgument(
+                f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, got "
+                f"{t!r}."
+            )
+        if self.seed is not None and (as_int(self.seed) is None or not 0 <= self.seed <= MAX_SEED):
+            raise InvalidArgument(
+                f"seed must be None or an int in 0..2**64-1 (torch.Generator's range), got "
+                f"{self.seed!r}."
+            )
+        stops = require_token_ids(self.stop_token_ids, "stop_token_ids")
+        object.__setattr__(self, "stop_token_ids", tuple(stops))
 
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
+    ABORTED = "aborted"
 
 
 class Request:
@@ -138,12 +168,14 @@ class Preemption:
 @dataclass(frozen=True)
 class ScheduledChunk:
     """A request computes `num_tokens` tokens from position `start` on; `admitted` says
-    whether this is its (re)admission's prefill rather than a decode."""
+    whether this is its (re)admission's prefill rather than a decode, and
+    `num_loaded_tokens` how many tokens before `start` a lower tier loads this step."""
 
     request: Request
     start: int
     num_tokens: int
     admitted: bool
+    num_loaded_tokens: int = 0
 
 
 @dataclass
@@ -231,14 +263,42 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Plan the next step: decode every running request, then admit waiting ones."""
         plan = StepPlan(self.step, self.max_batch_tokens)
-        self.schedule_running(plan)
-        if self.policy == "longest_prefix":
-            self.order_waiting()
-        self.admit_waiting(plan)
-        if self.policy == "longest_prefix":
-            self._count_overtakes(plan)
         self.step += 1
+        try:
+            self.schedule_running(plan)
+            if self.policy == "longest_prefix":
+                self.order_waiting()
+            self.admit_waiting(plan)
+            if self.policy == "longest_prefix":
+                self._count_overtakes(plan)
+        except BaseException:  # a failed lookup or tier call: planned so far is undone
+            self.abandon(plan)
+            raise
         return plan
+
+    def abandon(self, plan: StepPlan) -> None:
+        """The step of `plan` failed, so none of the K/V it was to write can be trusted.
+
+        Each scheduled request goes back to the front of `waiting`, in plan order, keeping
+        every token (a pending token appended this step stays in its sequence, and its
+        readmission computes it); its blocks are freed, and those the step was to write leave
+        the prefix cache instead of staying cached (`discard_unwritten`), blocks loaded from a
+        lower tier this step included. Blocks written by earlier steps stay cached, so the
+        readmission hits them. Preemptions stand.
+        """
+        size, manager = self.manager.block_size, self.manager
+        unwritten: list[tuple[int, int]] = []  # (position in the table, block)
+        for chunk in plan.chunks:
+            request = chunk.request
+            table = manager.block_table(request.request_id)
+            first = (chunk.start - chunk.num_loaded_tokens) // size
+            end = blocks_needed(chunk.start + chunk.num_tokens, size)
+            unwritten += [(i, table[i]) for i in range(first, end)]
+            manager.free_sequence(request.request_id)
+            self.running.remove(request)
+            request.status = RequestStatus.WAITING
+        manager.discard_unwritten(block for _, block in sorted(unwritten, reverse=True))
+        self.waiting.extendleft(reversed([chunk.request for chunk in plan.chunks]))
 
     def order_waiting(self) -> None:
         """Reorder `waiting` longest cached prefix first (SGLang's LPM), within a bound.
@@ -314,7 +374,7 @@ class Scheduler:
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True, loaded))
 
     def preempt(self, request: Request, plan: StepPlan, reason: str) -> None:
         """Free `request`'s blocks and put it first in line, to be recomputed on admission.
@@ -333,6 +393,16 @@ class Scheduler:
         self.manager.free_sequence(request.request_id)
         self.running.remove(request)
         request.status = RequestStatus.FINISHED
+
+    def abort(self, request: Request) -> None:
+        """Drop `request` for good, waiting or running: its blocks are released (full ones
+        its steps wrote stay cached for others) and it is never scheduled again."""
+        if request.status is RequestStatus.RUNNING:
+            self.manager.free_sequence(request.request_id)
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        request.status = RequestStatus.ABORTED
 
     def _append_next_token(self, request: Request, plan: StepPlan) -> bool:
         """Append `request`'s pending token, preempting the newest running requests until it
