@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable
-from typing import cast
+from typing import SupportsIndex, cast
 
 from paged_kv.errors import InvalidArgument
 
@@ -18,11 +18,11 @@ def as_int(value: object) -> int | None:
     """`value` as a plain int if it is an integer (not a bool), else None."""
     if type(value) is int:
         return value
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
         return None
     try:
         return operator.index(value)
-    except TypeError:
+    except TypeError:  # e.g. a tensor of floats, or of more than one element
         return None
 
 
@@ -71,13 +71,10 @@ def require_token_ids(
         )
     tokens = list(values)
     limit = MAX_TOKEN_ID + 1 if vocab_size is None else vocab_size
-    if (
-        tokens
-        and set(map(type, tokens)) == {int}  # the common case, checked at C speed
-        and min(tokens) >= 0
-        and max(tokens) < limit
-    ):
-        return cast("list[int]", tokens)  # every element is an int: its type was just checked
+    if tokens and set(map(type, tokens)) == {int}:  # the common case, checked at C speed
+        ints = cast("list[int]", tokens)  # every element is an int: its type was just checked
+        if min(ints) >= 0 and max(ints) < limit:
+            return ints
     for i, value in enumerate(tokens):
         token = as_int(value)
         if token is None or not 0 <= token < limit:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -131,9 +131,11 @@ class Engine:
     block_tables, seq_lens) -> out`, used for every decode (prefills keep `paged_prefill`);
     `manager_factory=` what builds the manager, called as `manager_factory(num_blocks,
     block_size, eviction=..., prefix_caching=...)`, e.g. `functools.partial(KVCacheManager,
-    pool=YourPool, block_hasher=..., prefix_lookup=..., allocate_table=...)` (or
-    `prefix_index="radix"` for SGLang's radix tree). `schedule="longest_prefix"` admits waiting
-    requests longest cached prefix first (`Scheduler(policy=...)`).
+    prefix_index="radix")` for SGLang's radix tree, or the course's
+    `functools.partial(learner_manager, pool=YourPool, block_hasher=..., prefix_lookup=...,
+    allocate_table=...)` (`paged_kv.course.learner_manager`) for your own parts.
+    `schedule="longest_prefix"` admits waiting requests longest cached prefix first
+    (`Scheduler(policy=...)`).
 
     Failures: a request that could never be served is refused by `add_request`/`generate`
     before anything is queued. A step that raises (the model, attention, sampling, a tier)
@@ -171,12 +173,13 @@ class Engine:
 
             fingerprint = fingerprint_model(model, block_size)
             self.connector = KVConnector(store, self.manager, self.kv, fingerprint)
+        options: dict[str, Any] = {}  # only what differs, so that your Scheduler needs no more
+        if self.connector is not None:
+            options["loader"] = self.connector
+        if schedule != "fcfs":
+            options["policy"] = schedule
         self.scheduler = scheduler(
-            self.manager,
-            max_batch_tokens=max_batch_tokens,
-            max_running=max_running,
-            **({} if self.connector is None else {"loader": self.connector}),
-            **({} if schedule == "fcfs" else {"policy": schedule}),
+            self.manager, max_batch_tokens=max_batch_tokens, max_running=max_running, **options
         )
         byte_level = model.config.vocab_size == ByteTokenizer.vocab_size
         self.tokenizer = tokenizer or (ByteTokenizer() if byte_level else None)
@@ -358,6 +361,13 @@ class Engine:
         if metrics is None:
             raise InvalidArgument(
                 "this engine keeps no metrics: pass store=TieredStore([...]) (metrics on)."
+            )
+        from paged_kv.tiers.metrics import TierMetrics  # its store made it, so it imports
+
+        if not isinstance(metrics, TierMetrics):
+            raise InvalidArgument(
+                "this engine's store reports to your own Recorder, which has no Prometheus "
+                "exposition; pass metrics=True (a TierMetrics) to the store."
             )
         return metrics.exposition()
 

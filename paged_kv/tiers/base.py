@@ -49,6 +49,9 @@ class Recorder:
     def queue_depth(self, tier: str, depth: int) -> None:
         """Writes waiting in the tier's background queue."""
 
+    def admitted(self, sources: dict[str, int]) -> None:
+        """One admission: prompt tokens by source (computed, device, host, disk, remote)."""
+
 
 NULL_RECORDER = Recorder()
 
