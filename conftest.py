@@ -15,28 +15,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 
-QUICK = frozenset(
-    {
-        "tests/test_block_pool.py",
-        "tests/test_block_table.py",
-        "tests/test_manager.py",
-        "tests/test_prefix_caching.py",
-        "tests/test_attention.py",
-        "tests/test_cpu_decode.py",
-        "tests/test_pretrained.py",
-        "notebooks/01_block_pool.ipynb",
-    }
+QUICK = (
+    "tests/test_block_pool.py",
+    "tests/test_block_table.py",
+    "tests/test_manager.py",
+    "tests/test_prefix_caching.py",
+    "tests/test_attention.py",
+    "tests/test_cpu_decode.py",
+    "tests/test_pretrained.py::test_the_shipped_weights",
+    "tests/test_pretrained.py::test_engine_tokens_equal_dense_decoding_with_the_trained_weights[lru]",
+    "notebooks/01_block_pool.ipynb",
 )
-"""The quick tier (`pytest -m quick`, under a minute on 2 cores): the core unit tests, the C++
-kernel and the trained model against their references, and one notebook. Proof that the set-up
-worked; the full `pytest` is the test."""
+"""The quick tier (`pytest -m quick`, under a minute on 2 cores), as pytest node id prefixes:
+the core unit tests, the C++ kernel against its reference, the trained model loaded and served
+exactly as dense decoding serves it, and one notebook. Proof that the set-up worked; the full
+`pytest` is the test."""
 
 
-def is_quick(path: Path) -> bool:
-    """Whether the test file or notebook at `path` belongs to the quick tier."""
-    return path.resolve().is_relative_to(ROOT) and (
-        path.resolve().relative_to(ROOT).as_posix() in QUICK
-    )
+def quick_files() -> set[str]:
+    """The test files and notebooks that hold the quick tier, from the repository root."""
+    return {entry.split("::")[0] for entry in QUICK}
+
+
+def relative_to_root(path: Path) -> str | None:
+    """`path` as a repository path (`tests/test_x.py`), None outside the repository."""
+    path = path.resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -46,7 +50,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     name = collection_path.name
     collectable = name.endswith(".ipynb") or (name.startswith("test_") and name.endswith(".py"))
-    return True if collectable and not is_quick(collection_path) else None
+    return True if collectable and relative_to_root(collection_path) not in quick_files() else None
 
 
 def nbval_skip_reason(source: str) -> str | None:
@@ -64,7 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Marks every test and notebook cell of the quick tier's files `quick`, and gives each
     `# NBVAL_SKIP` cell its skip reason (nbval's own skip names none), which `-rs` prints."""
     for item in items:
-        if is_quick(item.path):
+        if item.nodeid.startswith(QUICK):
             item.add_marker(pytest.mark.quick)
         cell = getattr(item, "cell", None)
         reason = nbval_skip_reason(cell.source) if cell is not None else None
