@@ -1,13 +1,79 @@
 """pytest for the whole repository: the unit tests and every notebook (nbval).
 
 Lives at the root so that `pytest notebooks/05_paged_attention.ipynb` alone builds the C++
-kernel before the notebook runs, as a full `pytest` does.
+kernel before the notebook runs, as a full `pytest` does, and so that `pytest -m quick` finds
+the quick tier wherever its files are.
 """
+
+from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent
+
+QUICK = (
+    "tests/test_block_pool.py",
+    "tests/test_block_table.py",
+    "tests/test_manager.py",
+    "tests/test_prefix_caching.py",
+    "tests/test_attention.py",
+    "tests/test_cpu_decode.py",
+    "tests/test_pretrained.py::test_the_shipped_weights",
+    "tests/test_pretrained.py::test_engine_tokens_equal_dense_decoding_with_the_trained_weights[lru]",
+    "notebooks/01_block_pool.ipynb",
+)
+"""The quick tier (`pytest -m quick`, under a minute on 2 cores), as pytest node id prefixes:
+the core unit tests, the C++ kernel against its reference, the trained model loaded and served
+exactly as dense decoding serves it, and one notebook. Proof that the set-up worked; the full
+`pytest` is the test."""
+
+
+def quick_files() -> set[str]:
+    """The test files and notebooks that hold the quick tier, from the repository root."""
+    return {entry.split("::")[0] for entry in QUICK}
+
+
+def relative_to_root(path: Path) -> str | None:
+    """`path` as a repository path (`tests/test_x.py`), None outside the repository."""
+    path = path.resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m quick` alone, skips collecting (importing) the test files and notebooks that
+    hold no quick test; collecting everything takes longer than the quick tier runs."""
+    if config.option.markexpr != "quick" or not collection_path.is_file():
+        return None
+    name = collection_path.name
+    collectable = name.endswith(".ipynb") or (name.startswith("test_") and name.endswith(".py"))
+    return True if collectable and relative_to_root(collection_path) not in quick_files() else None
+
+
+def nbval_skip_reason(source: str) -> str | None:
+    """Why a notebook cell marked `# NBVAL_SKIP` is skipped: the comment line right below the
+    marker ("" if there is none); None for a cell without the marker."""
+    lines = [line.strip() for line in source.splitlines()]
+    markers = [i for i, line in enumerate(lines) if line.lstrip("#").strip() == "NBVAL_SKIP"]
+    if not markers:
+        return None
+    below = lines[markers[0] + 1 : markers[0] + 2]
+    return below[0].lstrip("#").strip() if below and below[0].startswith("#") else ""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test and notebook cell of the quick tier's files `quick`, and gives each
+    `# NBVAL_SKIP` cell its skip reason (nbval's own skip names none), which `-rs` prints."""
+    for item in items:
+        if item.nodeid.startswith(QUICK):
+            item.add_marker(pytest.mark.quick)
+        cell = getattr(item, "cell", None)
+        reason = nbval_skip_reason(cell.source) if cell is not None else None
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason or "# NBVAL_SKIP, no reason below it"))
 
 
 @pytest.hookimpl(trylast=True)

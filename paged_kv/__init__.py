@@ -4,7 +4,8 @@ The core names import from here. Each layer is a subpackage that exports its own
 `paged_kv.cache` (pool, eviction, prefix caching, manager), `paged_kv.attention` (KV storage
 and paged-attention kernels), `paged_kv.serving` (model, scheduler, engine), `paged_kv.study`
 (simulators and workloads), `paged_kv.widgets` (views) and `paged_kv.course` (exercise checks).
-Names that need torch (`Engine`, `TinyLM`, `paged_decode`, ...) load on first use.
+Names that need torch (`Engine`, `TinyLM`, `load_tiny_lm`, `paged_decode`, ...) load on first
+use.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ _TORCH_NAMES = {
     "SamplingParams": "paged_kv.serving",
     "TinyLM": "paged_kv.serving",
     "ModelConfig": "paged_kv.serving",
+    "load_tiny_lm": "paged_kv.serving",
     "KVStorage": "paged_kv.attention",
     "paged_decode": "paged_kv.attention",
     "paged_prefill": "paged_kv.attention",
@@ -81,6 +83,7 @@ __all__ = [
     "UnknownSequence",
     "UsageStats",
     "__version__",
+    "load_tiny_lm",
     "paged_decode",
     "paged_prefill",
 ]

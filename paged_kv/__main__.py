@@ -1,10 +1,12 @@
 """`python -m paged_kv`: a tiny model serves requests that share a system prompt, on the CPU.
 
-Shows a live progress bar, then each request and a summary of what the cache did. The model
-is untrained (its text is noise); how the cache behaves is the point.
+Shows a live progress bar, then each request, the first one's prompt and completion as text,
+and a summary of what the cache did. The model is the course's TinyLM trained on its own
+lectures (`load_tiny_lm`): 0.6M parameters, so it writes the lectures' words and phrases, not
+answers; how the cache behaves is the point.
 
 `python -m paged_kv build` builds the C++ CPU attention kernel for this environment ahead of
-time (once; the notebooks and tests then load it), and says where it lives.
+time (optional: the first use builds it too), and says where it lives.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 
 from paged_kv.cache.eviction import POLICIES
 from paged_kv.serving.engine import Engine
-from paged_kv.serving.model import TinyLM
+from paged_kv.serving.pretrained import load_tiny_lm
 
 SYSTEM_PROMPT = "You are a patient teacher. Answer in one short paragraph.\n"
 QUESTIONS = [
@@ -50,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(build(force=args.force))
 
     engine = Engine(
-        TinyLM(seed=0),
+        load_tiny_lm(),
         num_blocks=args.blocks,
         block_size=args.block_size,
         eviction=args.eviction,
@@ -65,11 +67,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{c.request_id:>3} {len(c.prompt_ids):>6} {c.num_cached_prompt_tokens:>5} "
             f"{c.num_preemptions:>9}  {question}"
         )
-    first = completions[0].text or ""
-    print(f"\nfirst completion (untrained model, so noise): {first[:40]!r}")
+    print("\nprompt:")
+    print(indented(prompts[0]))
+    print("completion:")
+    print(indented(completions[0].text or ""))  # the engine decodes with its ByteTokenizer
     print(f"\n{args.blocks} blocks of {args.block_size} tokens, {args.eviction} eviction")
     for name, value in engine.stats().summary().items():
         print(f"  {name:<36} {value:>8}")
+
+
+def indented(text: str) -> str:
+    """`text` with every line behind a margin, so that a completion's own newlines show."""
+    return "\n".join(f"  | {line}" for line in text.splitlines())
 
 
 def build(force: bool = False) -> int:

@@ -50,3 +50,9 @@ class CorruptBlock(PagedKVError, ValueError):
     def __init__(self, message: str, *, reason: str = "corrupt") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class InvalidWeights(PagedKVError, ValueError):
+    """A weights file does not match its recorded SHA-256, or its tensors do not fit the
+    model it describes (a missing, extra or misshapen tensor, a bad header); nothing was
+    loaded. Restore the file, or re-create it with the script that wrote it."""

@@ -12,6 +12,7 @@ from paged_kv.serving.model import (
     from_hf,
     greedy_dense,
 )
+from paged_kv.serving.pretrained import load_tiny_lm
 from paged_kv.serving.scheduler import (
     Preemption,
     Request,
@@ -43,4 +44,5 @@ __all__ = [
     "Tokenizer",
     "from_hf",
     "greedy_dense",
+    "load_tiny_lm",
 ]
