@@ -1,11 +1,12 @@
 """Exercise checks, one module per chapter: the library's own scenarios, run against the
 learner's code.
 
-Each `check_*` runs fixed scenarios, then random operations compared with a reference, and
-raises `CheckFailed` with a message that says what was expected and what happened, with the
-operations that replay it; a stub still in place raises `ExerciseNotDone`. In Jupyter both
-print only their message (no traceback into the checks). The test suite runs the same checks
-on the library, so both meet one standard.
+Each `check_*` is a declaration on the one harness (`harness`): the learner's object and the
+library's reference driven through the same random operations, compared after each; a
+difference raises `CheckFailed` naming one cause (`causes`), with the shrunk lines that
+replay it; a stub still in place raises `ExerciseNotDone`. In Jupyter both print only their
+message (no traceback into the checks). The test suite runs the same checks on the library,
+so both meet one standard.
 """
 
 from paged_kv.course.checks.ch01_block_pool import (

@@ -127,9 +127,7 @@ def expect_constant_work(policy_cls: type, kwargs: Callable[[int], dict]) -> Non
     _bounded(policy, large, kwargs(large).get("window", 0))
     _lowest_bucket_by_bitmask(policy_cls, kwargs)
     no_garbage_after_churn(policy_cls, kwargs(100))
-    ratio = grows_in_time(
-        lambda n: (policies[n], n), lambda s: _rounds(s[0], s[1], 0, 30), _SIZES, fresh=False
-    )
+    ratio = grows_in_time(lambda n: (policies[n], n), lambda s: _rounds(s[0], s[1], 0, 30), _SIZES)
     if ratio is not None:
         raise CheckFailed(
             f"hit/evict/insert rounds took {ratio:,.0f}× longer with {large:,} cached blocks "

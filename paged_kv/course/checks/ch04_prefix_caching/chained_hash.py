@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from paged_kv.course.checks.cost import CountingList, Meter, count_lines_executed
+from paged_kv.course.checks.cost import Meter, count_lines_executed, counting
 from paged_kv.course.checks.failures import CheckFailed, call, exercise, expect, passed
 from paged_kv.errors import InvalidArgument
 
@@ -155,8 +155,7 @@ def _one_hash_per_block(fn: Callable[..., Any]) -> None:
     per_block = []
     for n in _WORK_SIZES:
         meter = Meter()
-        tokens = CountingList(range(n))
-        tokens._meter, tokens._name = meter, "token_ids"
+        tokens = counting(list(range(n)), meter, "token_ids")
         line = f"chained_hashes(list(range({n})), 4)"
         lines = count_lines_executed(lambda t=tokens, d=line: call(d, fn, t, 4))
         per_block.append((lines + meter.total) / (n // 4))
