@@ -40,6 +40,17 @@ LIBRARY_ANSWERS = {
         "check_constant_time_release(BlockPool)",
         "check_free_pages(BlockPool)",
     ],
+    "02": [
+        "from paged_kv import BlockPool\n"
+        "from paged_kv.course.learner_manager import learner_manager\n"
+        "def library_manager(pool):\n"
+        "    return learner_manager(pool.num_blocks, pool.block_size, prefix_caching=False,"
+        " pool=lambda n, size: pool)",
+        "check_add_and_free(library_manager)",
+        "check_append(library_manager)",
+        "check_manager_slots(library_manager)",
+        "check_parts_so_far(library_manager, BlockPool)",
+    ],
 }
 
 

@@ -54,7 +54,10 @@ TEMPLATES = {
 def say(cause: str, hint: str = "", **fields: object) -> str:
     """The message for `cause`, from its template and `fields`, then `hint` (what to do here)."""
     text = TEMPLATES[cause].format(**fields)
-    return f"{text}. {hint}" if hint else f"{text}."
+    if not hint:
+        return f"{text}."
+    hint = hint[0].upper() + hint[1:]
+    return f"{text}. {hint}" + ("" if hint.endswith((".", "?", "!")) else ".")
 
 
 # -- chapters 05-07 (tensors, schedulers, tiers) ------------------------------------------------

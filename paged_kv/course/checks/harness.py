@@ -21,6 +21,8 @@ How a chapter declares a check:
     right after a refused call is `not_all_or_nothing`, else `wrong_state`);
   - `trial.hand(value)`: a copy of a list for the learner, watched after every later call
     (a change now or later, through a kept alias, is `mutates_argument`);
+  - `trial.returns_a_copy(line, value, expr, read)`: a list the learner returned is the
+    caller's (changing it must not change what `read()` gives: else `shares_result`);
   - `trial.run(line, fn, *args)`: a call of the learner's alone; `trial.fail(cause, ...)`.
 - `cost.constant_work(...)` counts work at two sizes (`work_grows`), `stage(...)` names what
   is running for a too-slow answer (the `exercise` decorator caps each check at 10 s).
@@ -143,11 +145,12 @@ class Trial:
         compare: Callable[[Any, Any], str | None] | None = None,
     ) -> tuple[Any, Any]:
         """Run the library's `theirs()`, then the learner's `mine()`: the same refusal (type and
-        fields), or results that `compare` (default: equality) finds alike."""
+        fields; `why` says why it refuses), or results that `compare` (default: equality) finds
+        alike (`hint` says what to do when they differ)."""
         try:
             want = theirs()
         except PagedKVError as refusal:
-            return self.refuses(line, mine, refusal, why=why, hint=hint), refusal
+            return self.refuses(line, mine, refusal, why=why), refusal
         got = self.run(line, mine)
         if compare is None:
             if got != want:
@@ -218,6 +221,22 @@ class Trial:
             why=why or refusal,
             got=short_repr(got),
         )
+
+    def returns_a_copy(
+        self, line: str, returned: list[Any], expr: str, read: Callable[[], Any]
+    ) -> None:
+        """`returned` (what `line` gave) is the caller's: changing it must not change `expr`."""
+        before = self.read(expr, read)
+        before = list(before) if isinstance(before, list) else before
+        returned.append(-1)
+        after = self.read(expr, read)
+        after = list(after) if isinstance(after, list) else after
+        returned.pop()
+        if after != before:
+            self.note(f"{line.split('  #')[0]}.append(-1)  # the caller changes its list")
+            self.fail(
+                causes.SHARES_RESULT, line=line.split("  #")[0], expr=expr, want=before, got=after
+            )
 
     def expect(self, expr: str, got: Any, want: Any, hint: str = "") -> None:
         """An observable read back after the last line: `got` must equal `want`."""
