@@ -5,7 +5,6 @@ import pytest
 from paged_kv import BlockPool, OutOfBlocks
 from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.course import checks
-from paged_kv.serving.scheduler import RequestStatus, ScheduledChunk, Scheduler
 
 
 class LeakyPool(BlockPool):
@@ -226,70 +225,3 @@ def test_a_copy_that_forgets_the_old_reference_is_caught():
 
     with pytest.raises(checks.CheckFailed, match="lose this table's reference"):
         checks.check_copy_on_write(leaky)
-
-
-def test_the_library_scheduler_passes_the_engine_checks():
-    checks.check_admission(Scheduler)
-    checks.check_preemption(Scheduler)
-
-
-class _PricesHitsAsComputed(Scheduler):
-    """The library's admission, but blind to prefix hits: every prompt costs all its tokens."""
-
-    def admit_waiting(self, plan):
-        self.manager.num_prefix_hit_tokens = lambda tokens, **keys: 0  # shadows the method
-        try:
-            super().admit_waiting(plan)
-        finally:
-            del self.manager.num_prefix_hit_tokens
-
-
-class _RequeuesAtTheBack(Scheduler):
-    def preempt(self, request, plan, reason):
-        super().preempt(request, plan, reason)
-        self.waiting.remove(request)
-        self.waiting.append(request)
-
-
-def test_admission_that_ignores_prefix_hits_is_caught():
-    with pytest.raises(checks.CheckFailed, match="prefix hits"):
-        checks.check_admission(_PricesHitsAsComputed)
-
-
-def test_preemption_that_requeues_at_the_back_is_caught():
-    with pytest.raises(checks.CheckFailed, match="appendleft"):
-        checks.check_preemption(_RequeuesAtTheBack)
-
-
-def test_serving_with_an_admission_that_skips_the_prefill_is_caught():
-    class SkipsPrefill(Scheduler):
-        def admit_waiting(self, plan):
-            super().admit_waiting(plan)
-            plan.chunks = [
-                ScheduledChunk(c.request, c.request.num_tokens - 1, 1, c.admitted)
-                for c in plan.chunks
-            ]
-
-    checks.check_serves_like_dense(Scheduler)
-    with pytest.raises(checks.CheckFailed, match="cache-free greedy"):
-        checks.check_serves_like_dense(SkipsPrefill)
-
-
-def test_admission_that_lets_out_of_blocks_escape_is_caught():
-    class Uncaught(Scheduler):
-        def admit_waiting(self, plan):
-            while self.waiting and len(self.running) < self.max_running:
-                request = self.waiting[0]
-                tokens = request.admission_sequence()
-                cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
-                if cost > plan.budget_left and plan.chunks:
-                    return
-                self.manager.add_sequence(request.request_id, tokens)
-                self.waiting.popleft()
-                request.status = RequestStatus.RUNNING
-                self.running.append(request)
-                hits = request.num_cached_tokens
-                plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
-
-    with pytest.raises(checks.CheckFailed, match="OutOfBlocks escape"):
-        checks.check_admission(Uncaught)

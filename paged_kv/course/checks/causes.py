@@ -116,3 +116,11 @@ TEMPLATES |= {
     SLOW_ANSWER: "`{line}` took {seconds:.2f} s to answer: it must answer at once (an open "
     "breaker refuses without waiting, so that the caller recomputes instead)",
 }
+PART_AT_FAULT = "part_at_fault"
+SCHEDULER_AT_FAULT = "scheduler_at_fault"
+PARTS_DISAGREE = "parts_disagree"
+TEMPLATES |= {
+    PART_AT_FAULT: "{message}",
+    SCHEDULER_AT_FAULT: "{message}",
+    PARTS_DISAGREE: "{message}",
+}

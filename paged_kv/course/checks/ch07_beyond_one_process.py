@@ -1,0 +1,511 @@
+"""Chapter 07 checks: a learner's blob codec writes the chapter's format and refuses every
+damaged or foreign blob with the library's reason (the first check of the table that fails),
+their run across tiers matches the library's and asks no tier needlessly, and their circuit
+breaker opens, waits and closes like the library's, whatever calls come while it is open.
+
+The judge is always the library: `decode_blob`, `longest_run`, `CircuitBreaker`. Every failure
+replays: the blobs are `blobs()[i]`, the tiers `Tier(name, keys)`, the clock `Clock()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any, cast
+
+from paged_kv.course.checks import causes
+from paged_kv.course.checks.failures import (
+    CheckFailed,
+    call,
+    exercise,
+    passed,
+    short_repr,
+    where_raised,
+)
+from paged_kv.course.checks.harness import Trial, fixed, search
+from paged_kv.errors import CorruptBlock
+from paged_kv.tiers.breaker import CircuitBreaker
+from paged_kv.tiers.codec import DTYPES, FORMAT_VERSION, HEADER_SIZE, MAX_DIMS, decode_blob
+from paged_kv.tiers.codec import encode_blob as library_encode
+from paged_kv.tiers.store import longest_run
+
+# -- exercise 1: the blob codec ----------------------------------------------------------------
+
+FIELDS = struct.Struct(f"<4sHBB{MAX_DIMS}I32s32sQI")
+FP = hashlib.sha256(b"the learner's model").digest()
+OTHER_FP = hashlib.sha256(b"someone else's model").digest()
+
+
+def block_hash(i: int) -> bytes:
+    return hashlib.sha256(f"block {i}".encode()).digest()
+
+
+BH = block_hash(1)
+
+
+def case(dtype: str, shape: tuple[int, ...], seed: int = 0, bh: bytes = BH) -> dict[str, Any]:
+    """The keyword arguments of one encode: a payload of `shape` in `dtype`."""
+    size = prod(shape) * DTYPES[dtype][1]
+    payload = hashlib.shake_256(f"{seed} {shape}".encode()).digest(size) if size else b""
+    return {"payload": payload, "dtype": dtype, "shape": shape, "fingerprint": FP, "block_hash": bh}
+
+
+_NAMES = ("magic", "version", "code", "ndim", "dims", "fingerprint", "block_hash", "length", "crc")
+
+
+def craft(base: dict[str, Any] | None = None, payload: bytes | None = None, **fields: Any) -> bytes:
+    """A blob of `base` (a `case`) with header `fields` replaced (see `_NAMES`), its header CRC
+    made valid again, and `payload` (default: the case's) after it."""
+    base = base or case("float32", (2, 3))
+    magic, version, code, ndim, *rest = FIELDS.unpack(library_encode(**base)[: FIELDS.size])
+    values: dict[str, Any] = dict(
+        zip(
+            _NAMES,
+            [magic, version, code, ndim, tuple(rest[:MAX_DIMS]), *rest[MAX_DIMS:]],
+            strict=True,
+        )
+    )
+    values.update(fields)
+    packed = FIELDS.pack(
+        *[values[n] for n in _NAMES[:4]], *values["dims"], *[values[n] for n in _NAMES[5:]]
+    )
+    body = base["payload"] if payload is None else payload
+    return packed + struct.pack("<I", zlib.crc32(packed)) + body
+
+
+def flipped(blob: bytes, i: int, mask: int = 0x01) -> bytes:
+    return blob[:i] + bytes([blob[i] ^ mask]) + blob[i + 1 :]
+
+
+@dataclass(frozen=True)
+class Blob:
+    what: str
+    blob: bytes
+    fingerprint: bytes | None = FP
+    block_hash: bytes | None = BH
+
+
+def blobs() -> list[Blob]:
+    """Valid blobs at the edges of the format, then blobs with one thing wrong (each needs its
+    own check), then two (which check comes first), then every byte flipped three ways."""
+    plain, longer = case("float32", (2, 3)), case("float32", (2, 3, 2), seed=1)
+    w, w2, hs = library_encode(**plain), library_encode(**longer), HEADER_SIZE
+    rng = random.Random(7)
+    valid = [
+        case(
+            rng.choice(sorted(DTYPES)),
+            tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 6))),
+            i,
+        )
+        for i in range(12)
+    ] + [case("float32", (0,)), case("int8", (2, 0, 3)), case("float16", (1, 2, 1, 2, 1, 2))]
+
+    def near(digest: bytes, i: int) -> bytes:
+        return digest[:i] + bytes([digest[i] ^ 1]) + digest[i + 1 :]
+
+    other, b7 = (OTHER_FP, BH), (FP, block_hash(7))
+    big = plain["payload"] + bytes(4)
+    rows: list[tuple[Any, ...]] = [
+        *((f"a valid {c['dtype']} {c['shape']} blob", library_encode(**c)) for c in valid),
+        ("a valid blob, fingerprint and block hash None (accept any)", w, None, None),
+        ("a valid blob, fingerprint None (accept any)", w, None),
+        *((f"a blob cut to {n} bytes", w[:n]) for n in (0, 50, hs - 1)),
+        *((f"magic {m!r}", craft(magic=m)) for m in (b"XKVB", b"PKVb")),
+        *((f"version {v}", craft(version=v)) for v in (FORMAT_VERSION + 1, 0)),
+        *((f"dtype code {c}", craft(code=c)) for c in (0, len(DTYPES) + 1, 255)),
+        ("ndim 0", craft(case("float32", (1,)), ndim=0, dims=(0,) * MAX_DIMS)),
+        *((f"ndim {n}", craft(case("float32", (1,) * 5 + (2,)), ndim=n)) for n in (7, 255)),
+        ("ndim 2, unused shape slot 5 holding 5", craft(dims=(2, 3, 0, 0, 5, 0))),
+        (
+            "float32 (2, 3) with 28 payload bytes",
+            craft(length=28, payload=big, crc=zlib.crc32(big)),
+        ),
+        ("a blob cut to its header", w[:hs]),
+        ("a blob one byte short", w[:-1]),
+        ("a blob one byte too long", w + b"\0"),
+        ("another model's blob", w, OTHER_FP),
+        *((f"a fingerprint differing in byte {i}", w, near(FP, i)) for i in (0, 31)),
+        ("another block's blob", w, FP, block_hash(99)),
+        *((f"a block hash differing in byte {i}", w, FP, near(BH, i)) for i in (0, 20, 31)),
+        ("a bit flipped in the payload", flipped(w, hs + 5)),
+        ("a bit flipped in the stored header CRC", flipped(w, hs - 1)),
+        ("version 2 and dtype code 99", craft(longer, version=2, code=99)),
+        ("a payload length of 52 for float32 (2, 3, 2)", craft(longer, length=52)),
+        ("another model's blob of another block", w2, OTHER_FP, block_hash(7)),
+        ("another block's blob, a payload bit flipped", flipped(w2, hs), *b7),
+        ("another model's blob in version 2", craft(version=2), *other),
+        ("another model's blob with a bad header", craft(code=0), *other),
+        ("another model's blob, cut to its header", w[:hs], *other),
+        ("another block's blob with a bad shape", craft(ndim=0), *b7),
+        ("another block's blob, one byte too long", w + b"\0", *b7),
+        *(
+            (f"byte {i} xor {m:#04x}", flipped(w2, i, m))
+            for i in range(len(w2))
+            for m in (1, 128, 255)
+        ),
+    ]
+    return [Blob(*row) for row in rows]
+
+
+# the reasons, in the order decode checks them (the table of the chapter)
+REASONS = (
+    "truncated",
+    "bad magic",
+    "header checksum",
+    "version",
+    "bad header",
+    "length",
+    "foreign fingerprint",
+    "foreign block",
+    "payload checksum",
+)
+
+
+def _outcome(decode: Callable[..., Any], blob: Blob) -> tuple[str, Any]:
+    """("returned", what decode returned), ("refused", its CorruptBlock) or ("raised", any
+    other error)."""
+    try:
+        return "returned", decode(
+            blob.blob, fingerprint=blob.fingerprint, block_hash=blob.block_hash
+        )
+    except CorruptBlock as refusal:
+        return "refused", refusal
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        return "raised", error
+
+
+def _order(reason: str, blob: bytes) -> int:
+    short_payload = reason == "truncated" and len(blob) >= HEADER_SIZE
+    return REASONS.index("length" if short_payload else reason)
+
+
+@exercise(1, "encode, decode")
+def check_blob_codec(encode: Callable[..., bytes], decode: Callable[..., Any]) -> None:
+    """`encode(payload, dtype=, shape=, fingerprint=, block_hash=)` writes the chapter's blob
+    format byte for byte; `decode(blob, fingerprint=, block_hash=)` returns what `decode_blob`
+    returns, or raises CorruptBlock with its reason."""
+    fixed(lambda trial: _encodes(trial, encode))
+    for i, blob in enumerate(blobs()):
+        line = "decode(b.blob, fingerprint=b.fingerprint, block_hash=b.block_hash)"
+        replay = (
+            "\nReplay it:\n    from paged_kv.course.checks.ch07_beyond_one_process import blobs\n"
+            f"    b = blobs()[{i}]  # {blob.what}\n    {line}"
+        )
+        found = _decode_difference(
+            call(line, _outcome, decode, blob), _outcome(decode_blob, blob), blob
+        )
+        if found:
+            cause, hint, fields = found
+            message = causes.say(cause, hint, line=line, **fields)
+            raise CheckFailed(f"On {blob.what}: {message}{replay}", cause)
+    passed("the chapter's blob format; every damaged or foreign blob refused, with its reason")
+
+
+def _encodes(trial: Trial, encode: Callable[..., bytes]) -> None:
+    for c in [
+        case("float32", (2, 3)),
+        case("float32", (0,)),
+        case("bfloat16", (3,), 4),
+        case("float16", (1, 2, 1, 2, 1, 2), 3),
+    ]:
+        args = f"<{len(c['payload'])} bytes>, dtype={c['dtype']!r}, shape={c['shape']}"
+        trial.same(
+            f"encode({args}, fingerprint=FP, block_hash=BH)",
+            lambda c=c: encode(**c),
+            lambda c=c: library_encode(**c),
+            compare=_first_byte,
+        )
+
+
+_FIELD_ENDS = [
+    (4, "the magic"),
+    (6, "the version"),
+    (7, "the dtype code"),
+    (8, "ndim"),
+    (32, "the shape"),
+    (64, "the fingerprint"),
+    (96, "the block hash"),
+    (104, "the payload length"),
+    (108, "the payload CRC"),
+    (112, "the header CRC"),
+]
+
+
+def _first_byte(got: Any, want: bytes) -> str | None:
+    if isinstance(got, bytes | bytearray) and bytes(got) == want:
+        return None
+    if not isinstance(got, bytes | bytearray):
+        return "encode returns bytes"
+    i = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), len(want))
+    field = next((name for end, name in _FIELD_ENDS if i < end), "the payload")
+    return (
+        f"the first byte that differs is byte {i}, in {field}: pack FIELDS (magic, version, dtype "
+        "code, ndim, the shape padded with zeros to 6 dims, fingerprint, block hash, payload "
+        "length, zlib.crc32(payload)), then CRC.pack(zlib.crc32(fields)), then the payload"
+    )
+
+
+def _said(error: BaseException) -> str:
+    if isinstance(error, CorruptBlock):
+        return f"CorruptBlock(reason={error.reason!r})"
+    return f"{type(error).__name__}: {error}"
+
+
+def _decode_difference(
+    got: tuple[str, Any], want: tuple[str, Any], blob: Blob
+) -> tuple[str, str, dict[str, str]] | None:
+    """(cause, what to do, the cause's fields), or None when decode did what decode_blob does."""
+    (kind, mine), (wanted, theirs) = got, want
+    if wanted == "returned":
+        if kind != "returned":
+            where = where_raised(mine) if kind == "raised" else ""
+            hint = (
+                "A blob encode made passes every check: a None fingerprint or block hash "
+                "means accept any, a shape may have a 0 or 6 dimensions"
+            )
+            return causes.RAISED, hint, {"error": _said(mine), "where": where}
+        if not (isinstance(mine, tuple | list) and tuple(mine) == theirs):
+            hint = "Return (BlobHeader(...), payload): the header first, then the bytes after it"
+            return causes.WRONG_RESULT, hint, {"got": short_repr(mine), "want": short_repr(theirs)}
+        return None
+    reason = f"CorruptBlock(reason={theirs.reason!r})"
+    order = f"Check in the table's order: {', '.join(REASONS)}"
+    if kind == "returned":
+        fields = {"want": reason, "why": "it is refused", "got": short_repr(mine)}
+        return (
+            causes.MISSING_REFUSAL,
+            f"Raise CorruptBlock(message, reason={theirs.reason!r})",
+            fields,
+        )
+    if kind == "refused" and mine.reason == theirs.reason:
+        return None
+    fields = {"want": reason, "why": "the first check that fails names it", "error": _said(mine)}
+    if (
+        kind == "refused"
+        and mine.reason in REASONS
+        and _order(mine.reason, blob.blob) > _order(theirs.reason, blob.blob)
+    ):
+        return causes.WRONG_CHECK_ORDER, order, fields
+    hint = order if kind == "refused" else "Raise paged_kv.errors.CorruptBlock, with its reason"
+    return causes.WRONG_ERROR, hint, {**fields, "where": ""}
+
+
+# -- exercise 2: the longest run across tiers --------------------------------------------------
+
+_LINES = 200_000  # Python lines one call may run; a correct solution runs a few dozen
+
+
+class _Stuck(BaseException):
+    """Stops an endless loop (not an Exception: `except Exception` cannot swallow it)."""
+
+
+class Tier:
+    """A tier holding `keys` that counts the questions it is asked (and stops an answer that
+    asks more than `limit` of them in all)."""
+
+    def __init__(self, name: str, keys: Sequence[str], asked: list[int] | None = None) -> None:
+        self.name, self.keys, self.calls = name, set(keys), 0
+        self.asked = asked if asked is not None else [0]
+
+    def count_leading(self, keys: Sequence[str]) -> int:
+        self.calls += 1
+        self.asked[0] += 1
+        if self.asked[0] > 1000:
+            raise _Stuck
+        n = 0
+        while n < len(keys) and keys[n] in self.keys:
+            n += 1
+        return n
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _lines_capped(action: Callable[[], Any]) -> Any:
+    lines = 0
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal lines
+        lines += event == "line"
+        if lines > _LINES:
+            raise _Stuck
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        return action()
+    finally:
+        sys.settrace(previous)
+
+
+def _run_case(
+    trial: Trial, fn: Callable[..., Any], keys: list[str], held: list[tuple[str, list[str]]]
+) -> None:
+    asked: list[int] = [0]
+    mine, theirs = [Tier(n, k, asked) for n, k in held], [Tier(n, k) for n, k in held]
+    made = ", ".join(f"{n} = Tier({n!r}, {k})" for n, k in held)
+    setup = ["from paged_kv.course.checks.ch07_beyond_one_process import Tier"]
+    line = f"{fn.__name__}({keys}, [{', '.join(n for n, _ in held)}])"
+    for text in setup + ([made] if held else []):
+        trial.note(text)
+    given, tiers = trial.hand(keys), trial.hand(mine)
+    try:
+        _lines_capped(
+            lambda: trial.same(
+                line,
+                lambda: fn(given, tiers),
+                lambda: longest_run(keys, cast("list[Any]", theirs)),
+                compare=_same_tiers(mine),
+            )
+        )
+    except _Stuck:
+        _stuck(trial, line)
+    for tier, ref in zip(mine, theirs, strict=True):
+        if tier.calls > ref.calls:
+            trial.fail(
+                causes.NEEDLESS_QUESTIONS, line=line, tier=tier.name, got=tier.calls, want=ref.calls
+            )
+
+
+def _same_tiers(tiers: list[Tier]) -> Callable[[Any, list[Tier]], str | None]:
+    def compare(got: Any, want: list[Tier]) -> str | None:
+        names = [t.name for t in want]
+        if isinstance(got, list) and all(any(x is t for t in tiers) for x in got):
+            return None if [t.name for t in got] == names else _RULE
+        return f"{_RULE} (the list of the tier objects themselves, {names} here)"
+
+    return compare
+
+
+_RULE = (
+    "Ask the tiers in order (fastest first) about the keys not covered yet; the first that "
+    "answers n > 0 supplies the next n blocks, all of them; then ask again from the fastest; "
+    "stop when no tier has the next block. Return the tier objects, one per block"
+)
+
+
+def _stuck(trial: Trial, line: str) -> None:
+    trial.fail(
+        causes.ENDLESS_LOOP,
+        "When no tier has the next block (or there are no tiers), "
+        "the run is over: break out of the loop",
+        line=line,
+    )
+
+
+@exercise(2, "my_longest_run")
+def check_longest_run(fn: Callable[[list[str], list[Any]], list[Any]]) -> None:
+    """`fn(keys, tiers)` returns what `longest_run` returns: the tier to read each block of the
+    longest run of `keys` from, asking no tier more questions than it does, and leaving the
+    caller's lists alone."""
+    keys = [f"k{i}" for i in range(8)]
+    named = [
+        (keys, [("host", ["k0", "k3"]), ("disk", keys[:3]), ("remote", ["k4", "k6", "k7"])]),
+        (keys, [("host", ["k0", "k3"]), ("disk", keys[:4]), ("remote", ["k4", "k5"])]),
+        ([], [("host", keys)]),
+        (keys, []),
+        (keys[5:], [("host", ["k0"]), ("disk", keys[:3])]),
+        (keys[:6], [("host", keys[:6]), ("disk", keys)]),
+    ]
+    for ks, held in named:
+        fixed(lambda trial, ks=ks, held=held: _run_case(trial, fn, ks, held))
+
+    def draw(rng: random.Random) -> list[Any]:
+        ks = [f"x{i}" for i in range(rng.randint(0, 10))]
+        names = rng.sample(["host", "disk", "remote"], rng.randint(1, 3))
+        return [(ks, [(n, [k for k in ks if rng.random() < 0.5]) for n in names])]
+
+    search(
+        lambda ops, trial: _run_case(trial, fn, *ops[0]),
+        draw,
+        trials=200,
+        seed=5,
+        what="check_longest_run",
+    )
+    passed("the longest run across tiers, whole runs from the first tier, stopping at the gap")
+
+
+# -- exercise 3: the circuit breaker -----------------------------------------------------------
+
+
+class Clock:
+    """A clock the check moves by hand: `clock.now += 0.5`."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+_AT_ONCE = 0.05  # seconds: an answer from allow() takes microseconds
+
+
+def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
+    """ops[0] = (threshold, cooldown); then seconds to move the clock by, or a method name."""
+    threshold, cooldown = ops[0]
+    clock, ref_clock = Clock(), Clock()
+    trial.note("from paged_kv.course.checks.ch07_beyond_one_process import Clock")
+    trial.note("clock = Clock()")
+    line = f"breaker = {cls.__name__}({threshold}, {cooldown}, clock=clock)"
+    mine = trial.run(line, cls, threshold, cooldown, clock=clock)
+    ref = CircuitBreaker(threshold, cooldown, clock=ref_clock)
+    trial.expect("breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state)
+    for op in ops[1:]:
+        if isinstance(op, float) or op.startswith("+"):
+            clock.now += float(op)
+            ref_clock.now += float(op)
+            trial.note(f"clock.now += {float(op)}")
+            continue
+        start = time.perf_counter()
+        trial.same(f"breaker.{op}()", lambda op=op: getattr(mine, op)(), getattr(ref, op))
+        took = time.perf_counter() - start
+        if took > _AT_ONCE:
+            trial.fail(causes.SLOW_ANSWER, line=f"breaker.{op}()", seconds=took)
+        trial.expect("breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state)
+
+
+# the exercise's scenario: "+s" moves the clock by s seconds, a word calls that method
+_STEPS = (
+    "allow record_failure allow record_failure allow record_success allow record_failure allow "
+    "record_failure allow record_failure allow +1.99 allow +0.01 allow allow record_failure allow "
+    "+2.0 allow record_success allow"
+)
+_SCENARIO: list[Any] = [(3, 2.0), *_STEPS.split()]
+_OPS = ["allow"] * 4 + ["record_success", "record_failure", "record_failure", 0.1, 0.5, 1.0]
+
+
+@exercise(3, "MyBreaker")
+def check_circuit_breaker(cls: type) -> None:
+    """`cls(failure_threshold, cooldown_s, clock=...)` answers `allow()`, `record_success()`,
+    `record_failure()` and `state` as `CircuitBreaker` does after every call, in every state
+    (a record_* may come while it is open: a call allowed before it opened ends late)."""
+    fixed(lambda trial: _breaker_steps(cls, _SCENARIO, trial))
+
+    def refuses_a_zero_threshold(trial: Trial) -> None:
+        line = f"{cls.__name__}(0, 1.0, clock=Clock())"
+        trial.same(line, lambda: cls(0, 1.0, clock=Clock()), lambda: CircuitBreaker(0, 1.0))
+
+    fixed(refuses_a_zero_threshold)
+
+    def draw(rng: random.Random) -> list[Any]:
+        return [(rng.randint(1, 4), rng.choice([0.0, 0.5, 1.0])), *rng.choices(_OPS, k=30)]
+
+    search(
+        lambda ops, trial: _breaker_steps(cls, ops, trial),
+        draw,
+        trials=100,
+        seed=11,
+        what="check_circuit_breaker",
+    )
+    passed("opens, waits and closes like the library's, on 100 random runs")

@@ -1,0 +1,9 @@
+# expect: wrong_state
+# check: check_preemption(Wrong)
+class Wrong(RecomputingScheduler):
+    def preempt(self, request, plan, reason):
+        self.manager.free_sequence = lambda seq_id: None  # its blocks stay taken
+        try:
+            super().preempt(request, plan, reason)
+        finally:
+            del self.manager.free_sequence

@@ -1,0 +1,18 @@
+# expect: wrong_state
+# check: check_admission(Wrong)
+class Wrong(Scheduler):
+    def admit_waiting(self, plan):
+        while self.waiting and len(self.running) < self.max_running:
+            request = self.waiting[0]
+            tokens = request.admission_sequence()
+            if len(tokens) > plan.budget_left and plan.chunks:  # prefix hits cost nothing
+                return
+            try:
+                self.manager.add_sequence(request.request_id, tokens)
+            except OutOfBlocks:
+                return
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            hits = request.num_cached_tokens
+            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))

@@ -1,0 +1,9 @@
+# expect: wrong_state
+# check: check_admission(Wrong)
+class Wrong(AdmittingScheduler):
+    def admit_waiting(self, plan):
+        self.manager.num_prefix_hit_tokens = lambda tokens, **keys: 0  # shadows the method
+        try:
+            super().admit_waiting(plan)
+        finally:
+            del self.manager.num_prefix_hit_tokens
