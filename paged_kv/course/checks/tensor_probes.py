@@ -164,8 +164,8 @@ def _live_tensor_bytes() -> int:
     """Bytes of the distinct storages of every tensor alive in the process."""
     storages: dict[int, int] = {}
     for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor):
-            storage = obj.untyped_storage()
+        if issubclass(type(obj), torch.Tensor) and obj.layout is torch.strided:
+            storage = obj.untyped_storage()  # (sparse tensors have none; none is a tile)
             storages[storage.data_ptr()] = storage.nbytes()
     return sum(storages.values())
 

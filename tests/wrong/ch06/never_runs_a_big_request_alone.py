@@ -1,19 +1,9 @@
 # expect: wrong_state
 # check: check_admission(Wrong)
-class Wrong(Scheduler):
+class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            tokens = request.admission_sequence()
-            cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
-            if cost > plan.budget_left:  # even in an empty step
-                return
-            try:
-                self.manager.add_sequence(request.request_id, tokens)
-            except OutOfBlocks:
-                return
-            self.waiting.popleft()
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+        if self.waiting:
+            tokens = self.waiting[0].sequence
+            if len(tokens) - self.manager.num_prefix_hit_tokens(tokens) > plan.budget_left:
+                return  # even in an empty step: a request bigger than the budget never runs
+        super().admit_waiting(plan)

@@ -1,22 +1,10 @@
 # expect: wrong_state
 # check: check_admission(Wrong)
-class Wrong(Scheduler):
-    def admit_waiting(self, plan):
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            tokens = request.admission_sequence()
-            cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
-            if (
-                cost > plan.token_budget - sum(c.num_tokens for c in plan.chunks if c.admitted)
-                and plan.chunks
-            ):
-                return  # the running requests' decodes are forgotten
-            try:
-                self.manager.add_sequence(request.request_id, tokens)
-            except OutOfBlocks:
-                return
-            self.waiting.popleft()
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+class Wrong(AdmittingScheduler):
+    def admit_waiting(self, plan):  # the budget minus its admissions: the decodes forgotten
+        decodes = sum(c.num_tokens for c in plan.chunks if not c.admitted)
+        plan.token_budget += decodes
+        try:
+            super().admit_waiting(plan)
+        finally:
+            plan.token_budget -= decodes
