@@ -47,6 +47,11 @@ class _RecordingManager(KVCacheManager):
         super().free_sequence(seq_id)
 
 
+def _name(cls: type[Scheduler]) -> str:
+    """The class's name in a scenario (whose setup uses the library's `Scheduler`)."""
+    return cls.__name__ if cls.__name__ != "Scheduler" else "TheScheduler"
+
+
 def _scene(code: str, cls: type[Scheduler]) -> dict[str, Any]:
     names: dict[str, Any] = {
         "KVCacheManager": _RecordingManager,
@@ -54,9 +59,9 @@ def _scene(code: str, cls: type[Scheduler]) -> dict[str, Any]:
         "SamplingParams": SamplingParams,
         "Scheduler": Scheduler,
         "StepPlan": StepPlan,
-        cls.__name__: cls,
+        _name(cls): cls,
     }
-    exec(code.format(cls=cls.__name__), names)  # the check's own scenario, shown as the replay
+    exec(code.format(cls=_name(cls)), names)  # the check's own scenario, shown as the replay
     names["manager"].calls.clear()
     names["requests"] = sorted(
         [*names["scheduler"].waiting, *names["scheduler"].running], key=lambda r: r.request_id
@@ -92,7 +97,7 @@ def _scenario(cls: type[Scheduler], code: str, line: str, hint: str) -> None:
 
     def play(trial: Trial) -> None:
         mine, theirs = _scene(code, cls), _scene(code, Scheduler)
-        for text in code.format(cls=cls.__name__).strip().splitlines():
+        for text in code.format(cls=_name(cls)).strip().splitlines():
             trial.note(text)
         trial.same(line, lambda: eval(line, mine), lambda: eval(line, theirs), hint=hint)
         want = _seen(theirs)
