@@ -51,6 +51,17 @@ LIBRARY_ANSWERS = {
         "check_manager_slots(library_manager)",
         "check_parts_so_far(library_manager, BlockPool)",
     ],
+    "03": [
+        "from paged_kv.cache.eviction import FIFO, LFU, LRU, AgingLFU\n"
+        "class LibraryLFU(LFU):\n"
+        "    set_count = LFU._set_count",
+        "check_lfu(LibraryLFU)",
+        "check_aging(AgingLFU)",
+        "check_policy_contract(LRU)",
+        "check_policy_contract(FIFO)",
+        "check_policy_contract(LFU)",
+        "check_policy_contract(AgingLFU)",
+    ],
     "05": [
         "from paged_kv.attention import paged_decode\n"
         "from paged_kv.attention.reference import merge_partials\n"
@@ -77,15 +88,15 @@ LIBRARY_ANSWERS = {
 
 @functools.cache
 def solution(chapter: str) -> dict[str, Any]:
-    """The names chapter `chapter`'s solution notebook defines (its check cells and the cells
-    that save parts left out)."""
+    """The names chapter `chapter`'s solution notebook defines (the cells that run checks or
+    save parts left out)."""
     (notebook,) = ROOT.glob(f"solutions/{chapter}_*_solutions.ipynb")
     namespace: dict[str, Any] = {"__name__": f"solutions_{chapter}"}
     for i, cell in enumerate(json.loads(notebook.read_text())["cells"]):
         source = "".join(cell["source"])
         if cell["cell_type"] != "code" or "check" in cell["metadata"].get("tags", []):
             continue
-        if "parts.save(" in source:
+        if "parts.save(" in source or "checks." in source:  # saving parts, running checks
             continue
         code = TransformerManager().transform_cell(source)
         exec(compile(code, f"<{notebook.name} cell {i}>", "exec"), namespace)

@@ -21,6 +21,7 @@ NOT_ALL_OR_NOTHING = "not_all_or_nothing"
 MUTATES_ARGUMENT = "mutates_argument"
 SHARES_RESULT = "shares_result"
 WORK_GROWS = "work_grows"
+UNBOUNDED_MEMORY = "unbounded_memory"
 TOO_SLOW = "too_slow"
 LIBRARY_REFUSED = "library_refused"
 BAD_SIGNATURE = "bad_signature"
@@ -43,6 +44,8 @@ TEMPLATES = {
     WORK_GROWS: "{what} cost {small:,} units of work (Python lines run plus container entries "
     "touched) at {small_size} but {large:,} at {large_size}{where}: it does work that grows "
     "with the size",
+    UNBOUNDED_MEMORY: "`{what}` grew from {small:,} to {large:,} entries while {while_}: it "
+    "keeps something for blocks that are gone",
     TOO_SLOW: "your code was still running after {seconds:g} s, while {stage}: too slow at "
     "that size",
     LIBRARY_REFUSED: "the library raised {error} on what your code left behind, while {doing}",

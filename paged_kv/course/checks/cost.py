@@ -82,10 +82,10 @@ class Meter:
         self.touched.clear()
 
 
-def describe_touches(meter: Meter, calls: int) -> str:
+def describe_touches(meter: Meter) -> str:
     """The container operation that did most of the work, in words."""
     (container, op), touched = meter.touched.most_common(1)[0]
-    return f"{op} on `{container}` ({touched // max(calls, 1):,} entries per call)"
+    return f"{op} on `{container}` ({touched:,} entries)"
 
 
 class _Counted:
@@ -331,7 +331,7 @@ def grew(
     """The `work_grows` message: where the extra work went (a container or a function)."""
     lines = sum(large_lines.values())
     if meter.total > lines:
-        where = f", mostly by {describe_touches(meter, 1)}"
+        where = f", mostly by {describe_touches(meter)}"
     else:
         growth = {f: large_lines[f] - small_lines.get(f, 0) for f in large_lines}
         top = max(growth, key=lambda f: growth[f], default="")

@@ -169,13 +169,19 @@ class Trial:
         *,
         why: str = "",
         hint: str = "",
+        also: tuple[type[Exception], ...] = (),
     ) -> BaseException:
-        """The learner's `mine()` must raise `refusal`'s type with its fields."""
+        """The learner's `mine()` must raise `refusal`'s type with its fields (or one of the
+        types in `also`)."""
         self.settle()
         self.lines.append(line)
         want = type(refusal).__name__
         try:
             got = mine()
+        except also as exc:
+            self.lines[-1] = f"{line}  # raises {type(exc).__name__}"
+            self._refused = True
+            return exc
         except type(refusal) as exc:
             self.lines[-1] = f"{line}  # raises {want}"
             self._refused = True
