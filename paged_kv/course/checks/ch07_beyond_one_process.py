@@ -309,8 +309,8 @@ class _Stuck(BaseException):
 
 
 class Tier:
-    """A tier holding `keys` that counts the questions it is asked (and stops an answer that
-    asks more than `limit` of them in all)."""
+    """A tier holding `keys` that counts the questions it is asked; the tiers of one call share
+    `asked`, and an answer that asks more than 1,000 questions in all is stopped."""
 
     def __init__(self, name: str, keys: Sequence[str], asked: list[int] | None = None) -> None:
         self.name, self.keys, self.calls = name, set(keys), 0
@@ -369,7 +369,8 @@ def _run_case(
             )
         )
     except _Stuck:
-        _stuck(trial, line)
+        hint = "When no tier has the next block (or there are no tiers), the run is over"
+        trial.fail(causes.ENDLESS_LOOP, hint, line=line)
     for tier, ref in zip(mine, theirs, strict=True):
         if tier.calls > ref.calls:
             trial.fail(
@@ -392,15 +393,6 @@ _RULE = (
     "answers n > 0 supplies the next n blocks, all of them; then ask again from the fastest; "
     "stop when no tier has the next block. Return the tier objects, one per block"
 )
-
-
-def _stuck(trial: Trial, line: str) -> None:
-    trial.fail(
-        causes.ENDLESS_LOOP,
-        "When no tier has the next block (or there are no tiers), "
-        "the run is over: break out of the loop",
-        line=line,
-    )
 
 
 @exercise(2, "my_longest_run")
