@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import linecache
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,9 @@ def solution(chapter: str) -> dict[str, Any]:
             continue
         if "parts.save(" in source or "checks." in source:  # saving parts, running checks
             continue
-        code = TransformerManager().transform_cell(source)
-        exec(compile(code, f"<{notebook.name} cell {i}>", "exec"), namespace)
+        code, name = TransformerManager().transform_cell(source), f"<{notebook.name} cell {i}>"
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # as IPython
+        exec(compile(code, name, "exec"), namespace)
     return namespace
 
 

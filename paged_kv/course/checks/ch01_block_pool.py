@@ -64,7 +64,8 @@ def _play(pool_cls: type, pages: bool = False) -> Callable[[list[Any], Trial], N
                 return
             ref = BlockPool(n, 16)
         else:
-            pool = trial.run(f"pool = {name}({args})", lambda: pool_cls(n, 16, blocks_per_page=per))
+            page_args = {"blocks_per_page": per} if per else {}
+            pool = trial.run(f"pool = {name}({args})", lambda: pool_cls(n, 16, **page_args))
         to_lib: dict[int, int] = {}  # the learner's id of each block in use -> the library's
         counted = hasattr(pool, "ref_count")
         for kind, arg in ops[1:]:

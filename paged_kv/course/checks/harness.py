@@ -263,6 +263,11 @@ class Trial:
         return "\n".join(indent + line for line in self.lines)
 
 
+def fail_with(cause: str, subject: str, message: str) -> NoReturn:
+    """Fail a trial with `cause` and a message of its own, for evidence no template says."""
+    raise Mismatch(cause, f"{message}.", subject)
+
+
 def _sorted(value: Any) -> Any:
     try:
         return sorted(value)

@@ -1,4 +1,4 @@
-# expect: wrong_result
+# expect: wrong_error
 # check: check_append(Wrong)
 class Wrong(SequenceManager):
     def append_tokens(self, seq_id, token_ids):

@@ -184,7 +184,7 @@ def check_add_and_free(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> N
 @exercise(2, "append_tokens")
 def check_append(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
     """Appending allocates a block only when the last one is full, all or nothing."""
-    kinds = ("add", "append", "append", "append", "free")
+    kinds = ("add", "append", "append", "append")  # no frees: exercise 1's, checked there
     with stage("random trials on pools of up to 16 blocks"):
         search(_play(manager_cls), _draw(kinds), trials=80, seed=seed, what="check_append")
     passed("a block only when the last is full, all or nothing")
@@ -194,7 +194,7 @@ def check_append(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
 def check_manager_slots(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
     """`slot_mapping(seq_id, start=0, end=None)` gives the slot of each token start..end-1
     through the sequence's own table; `end` defaults to its length; bad ranges are refused."""
-    kinds = ("add", "append", "free", "slots", "slots", "slots")
+    kinds = ("add", "append", "slots", "slots", "slots")
     with stage("random trials on pools of up to 16 blocks"):
         search(_play(manager_cls), _draw(kinds), trials=60, seed=seed, what="check_manager_slots")
     passed("slots through the table, bad ranges refused")
