@@ -1,11 +1,7 @@
-"""Chapter 07 checks: a learner's blob codec writes the chapter's format and refuses every
-damaged or foreign blob with the library's reason (the first check of the table that fails),
-their run across tiers matches the library's and asks no tier needlessly, and their circuit
-breaker opens, waits and closes like the library's, whatever calls come while it is open.
-
-The judge is always the library: `decode_blob`, `longest_run`, `CircuitBreaker`. Every failure
-replays: the blobs are `blobs()[i]`, the tiers `Tier(name, keys)`, the clock `Clock()`.
-"""
+"""Chapter 07 checks, judged by the library (`decode_blob`, `longest_run`, `CircuitBreaker`):
+a blob codec that writes the chapter's format and refuses each bad blob with the reason of the
+first check that fails; a run across tiers that asks no tier needlessly; a circuit breaker
+that behaves alike after every call. Failures replay with `blobs()[i]`, `Tier`, `Clock()`."""
 
 from __future__ import annotations
 
@@ -39,6 +35,15 @@ from paged_kv.tiers.store import longest_run
 # -- exercise 1: the blob codec ----------------------------------------------------------------
 
 FIELDS = struct.Struct(f"<4sHBB{MAX_DIMS}I32s32sQI")
+_AT = {
+    "magic": 0,
+    "version": 1,
+    "code": 2,
+    "ndim": 3,
+    "dims": slice(4, 10),
+    "length": 12,
+    "crc": 13,
+}
 FP = hashlib.sha256(b"the learner's model").digest()
 OTHER_FP = hashlib.sha256(b"someone else's model").digest()
 
@@ -57,25 +62,14 @@ def case(dtype: str, shape: tuple[int, ...], seed: int = 0, bh: bytes = BH) -> d
     return {"payload": payload, "dtype": dtype, "shape": shape, "fingerprint": FP, "block_hash": bh}
 
 
-_NAMES = ("magic", "version", "code", "ndim", "dims", "fingerprint", "block_hash", "length", "crc")
-
-
 def craft(base: dict[str, Any] | None = None, payload: bytes | None = None, **fields: Any) -> bytes:
-    """A blob of `base` (a `case`) with header `fields` replaced (see `_NAMES`), its header CRC
-    made valid again, and `payload` (default: the case's) after it."""
+    """A blob of `base` (a `case`) with header `fields` replaced (the names of `_AT`), its
+    header CRC made valid again, and `payload` (default: the case's) after it."""
     base = base or case("float32", (2, 3))
-    magic, version, code, ndim, *rest = FIELDS.unpack(library_encode(**base)[: FIELDS.size])
-    values: dict[str, Any] = dict(
-        zip(
-            _NAMES,
-            [magic, version, code, ndim, tuple(rest[:MAX_DIMS]), *rest[MAX_DIMS:]],
-            strict=True,
-        )
-    )
-    values.update(fields)
-    packed = FIELDS.pack(
-        *[values[n] for n in _NAMES[:4]], *values["dims"], *[values[n] for n in _NAMES[5:]]
-    )
+    values: list[Any] = list(FIELDS.unpack(library_encode(**base)[: FIELDS.size]))
+    for name, value in fields.items():
+        values[_AT[name]] = value
+    packed = FIELDS.pack(*values)
     body = base["payload"] if payload is None else payload
     return packed + struct.pack("<I", zlib.crc32(packed)) + body
 
@@ -98,20 +92,10 @@ def blobs() -> list[Blob]:
     plain, longer = case("float32", (2, 3)), case("float32", (2, 3, 2), seed=1)
     w, w2, hs = library_encode(**plain), library_encode(**longer), HEADER_SIZE
     rng = random.Random(7)
-    valid = [
-        case(
-            rng.choice(sorted(DTYPES)),
-            tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 6))),
-            i,
-        )
-        for i in range(12)
-    ] + [case("float32", (0,)), case("int8", (2, 0, 3)), case("float16", (1, 2, 1, 2, 1, 2))]
-
-    def near(digest: bytes, i: int) -> bytes:
-        return digest[:i] + bytes([digest[i] ^ 1]) + digest[i + 1 :]
-
-    other, b7 = (OTHER_FP, BH), (FP, block_hash(7))
-    big = plain["payload"] + bytes(4)
+    dims = lambda: tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 6)))  # noqa: E731
+    valid = [case(rng.choice(sorted(DTYPES)), dims(), i) for i in range(12)]
+    valid += [case("float32", (0,)), case("int8", (2, 0, 3)), case("float16", (1, 2, 1, 2, 1, 2))]
+    other, b7, big = (OTHER_FP, BH), (FP, block_hash(7)), plain["payload"] + bytes(4)
     rows: list[tuple[Any, ...]] = [
         *((f"a valid {c['dtype']} {c['shape']} blob", library_encode(**c)) for c in valid),
         ("a valid blob, fingerprint and block hash None (accept any)", w, None, None),
@@ -123,17 +107,15 @@ def blobs() -> list[Blob]:
         ("ndim 0", craft(case("float32", (1,)), ndim=0, dims=(0,) * MAX_DIMS)),
         *((f"ndim {n}", craft(case("float32", (1,) * 5 + (2,)), ndim=n)) for n in (7, 255)),
         ("ndim 2, unused shape slot 5 holding 5", craft(dims=(2, 3, 0, 0, 5, 0))),
-        (
-            "float32 (2, 3) with 28 payload bytes",
-            craft(length=28, payload=big, crc=zlib.crc32(big)),
-        ),
+        ("float32 (2, 3) with 28 payload bytes", craft(length=28, payload=big,
+                                                        crc=zlib.crc32(big))),
         ("a blob cut to its header", w[:hs]),
         ("a blob one byte short", w[:-1]),
         ("a blob one byte too long", w + b"\0"),
         ("another model's blob", w, OTHER_FP),
-        *((f"a fingerprint differing in byte {i}", w, near(FP, i)) for i in (0, 31)),
+        *((f"a fingerprint differing in byte {i}", w, flipped(FP, i)) for i in (0, 31)),
         ("another block's blob", w, FP, block_hash(99)),
-        *((f"a block hash differing in byte {i}", w, FP, near(BH, i)) for i in (0, 20, 31)),
+        *((f"a block hash differing in byte {i}", w, FP, flipped(BH, i)) for i in (0, 20, 31)),
         ("a bit flipped in the payload", flipped(w, hs + 5)),
         ("a bit flipped in the stored header CRC", flipped(w, hs - 1)),
         ("version 2 and dtype code 99", craft(longer, version=2, code=99)),
@@ -145,27 +127,19 @@ def blobs() -> list[Blob]:
         ("another model's blob, cut to its header", w[:hs], *other),
         ("another block's blob with a bad shape", craft(ndim=0), *b7),
         ("another block's blob, one byte too long", w + b"\0", *b7),
-        *(
-            (f"byte {i} xor {m:#04x}", flipped(w2, i, m))
-            for i in range(len(w2))
-            for m in (1, 128, 255)
-        ),
-    ]
+        *((f"byte {i} xor {m:#04x}", flipped(w2, i, m)) for i in range(len(w2))
+          for m in (1, 128, 255)),
+    ]  # fmt: skip
     return [Blob(*row) for row in rows]
 
 
 # the reasons, in the order decode checks them (the table of the chapter)
-REASONS = (
-    "truncated",
-    "bad magic",
-    "header checksum",
-    "version",
-    "bad header",
-    "length",
-    "foreign fingerprint",
-    "foreign block",
-    "payload checksum",
-)
+REASONS = ("truncated", "bad magic", "header checksum", "version", "bad header", "length",
+           "foreign fingerprint", "foreign block", "payload checksum")  # fmt: skip
+_FIELD_ENDS = [(4, "the magic"), (6, "the version"), (7, "the dtype code"), (8, "ndim"),
+               (32, "the shape"), (64, "the fingerprint"), (96, "the block hash"),
+               (104, "the payload length"), (108, "the payload CRC"),
+               (112, "the header CRC")]  # fmt: skip
 
 
 def _outcome(decode: Callable[..., Any], blob: Blob) -> tuple[str, Any]:
@@ -194,57 +168,33 @@ def check_blob_codec(encode: Callable[..., bytes], decode: Callable[..., Any]) -
     format byte for byte; `decode(blob, fingerprint=, block_hash=)` returns what `decode_blob`
     returns, or raises CorruptBlock with its reason."""
     fixed(lambda trial: _encodes(trial, encode))
+    line = "decode(b.blob, fingerprint=b.fingerprint, block_hash=b.block_hash)"
     for i, blob in enumerate(blobs()):
-        line = "decode(b.blob, fingerprint=b.fingerprint, block_hash=b.block_hash)"
-        replay = (
-            "\nReplay it:\n    from paged_kv.course.checks.ch07_beyond_one_process import blobs\n"
-            f"    b = blobs()[{i}]  # {blob.what}\n    {line}"
-        )
         found = _decode_difference(
             call(line, _outcome, decode, blob), _outcome(decode_blob, blob), blob
         )
         if found:
             cause, hint, fields = found
-            message = causes.say(cause, hint, line=line, **fields)
-            raise CheckFailed(f"On {blob.what}: {message}{replay}", cause)
+            raise CheckFailed(
+                f"On {blob.what}: {causes.say(cause, hint, line=line, **fields)}\nReplay it:\n"
+                "    from paged_kv.course.checks.ch07_beyond_one_process import blobs\n"
+                f"    b = blobs()[{i}]  # {blob.what}\n    {line}", cause)  # fmt: skip
     passed("the chapter's blob format; every damaged or foreign blob refused, with its reason")
 
 
 def _encodes(trial: Trial, encode: Callable[..., bytes]) -> None:
-    for c in [
-        case("float32", (2, 3)),
-        case("float32", (0,)),
-        case("bfloat16", (3,), 4),
-        case("float16", (1, 2, 1, 2, 1, 2), 3),
-    ]:
+    for c in [case("float32", (2, 3)), case("float32", (0,)), case("bfloat16", (3,), 4),
+              case("float16", (1, 2, 1, 2, 1, 2), 3)]:  # fmt: skip
         args = f"<{len(c['payload'])} bytes>, dtype={c['dtype']!r}, shape={c['shape']}"
-        trial.same(
-            f"encode({args}, fingerprint=FP, block_hash=BH)",
-            lambda c=c: encode(**c),
-            lambda c=c: library_encode(**c),
-            compare=_first_byte,
-        )
-
-
-_FIELD_ENDS = [
-    (4, "the magic"),
-    (6, "the version"),
-    (7, "the dtype code"),
-    (8, "ndim"),
-    (32, "the shape"),
-    (64, "the fingerprint"),
-    (96, "the block hash"),
-    (104, "the payload length"),
-    (108, "the payload CRC"),
-    (112, "the header CRC"),
-]
+        trial.same(f"encode({args}, fingerprint=FP, block_hash=BH)", lambda c=c: encode(**c),
+                   lambda c=c: library_encode(**c), compare=_first_byte)  # fmt: skip
 
 
 def _first_byte(got: Any, want: bytes) -> str | None:
-    if isinstance(got, bytes | bytearray) and bytes(got) == want:
-        return None
     if not isinstance(got, bytes | bytearray):
         return "encode returns bytes"
+    if bytes(got) == want:
+        return None
     i = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), len(want))
     field = next((name for end, name in _FIELD_ENDS if i < end), "the payload")
     return (
@@ -265,35 +215,26 @@ def _decode_difference(
 ) -> tuple[str, str, dict[str, str]] | None:
     """(cause, what to do, the cause's fields), or None when decode did what decode_blob does."""
     (kind, mine), (wanted, theirs) = got, want
+    if wanted == "returned" and kind != "returned":
+        hint = ("A blob encode made passes every check: a None fingerprint or block hash means "
+                "accept any, a shape may have a 0 or 6 dimensions")  # fmt: skip
+        where = where_raised(mine) if kind == "raised" else ""
+        return causes.RAISED, hint, {"error": _said(mine), "where": where}
     if wanted == "returned":
-        if kind != "returned":
-            where = where_raised(mine) if kind == "raised" else ""
-            hint = (
-                "A blob encode made passes every check: a None fingerprint or block hash "
-                "means accept any, a shape may have a 0 or 6 dimensions"
-            )
-            return causes.RAISED, hint, {"error": _said(mine), "where": where}
-        if not (isinstance(mine, tuple | list) and tuple(mine) == theirs):
-            hint = "Return (BlobHeader(...), payload): the header first, then the bytes after it"
-            return causes.WRONG_RESULT, hint, {"got": short_repr(mine), "want": short_repr(theirs)}
-        return None
+        if isinstance(mine, tuple | list) and tuple(mine) == theirs:
+            return None
+        hint = "Return (BlobHeader(...), payload): the header first, then the bytes after it"
+        return causes.WRONG_RESULT, hint, {"got": short_repr(mine), "want": short_repr(theirs)}
     reason = f"CorruptBlock(reason={theirs.reason!r})"
-    order = f"Check in the table's order: {', '.join(REASONS)}"
     if kind == "returned":
         fields = {"want": reason, "why": "it is refused", "got": short_repr(mine)}
-        return (
-            causes.MISSING_REFUSAL,
-            f"Raise CorruptBlock(message, reason={theirs.reason!r})",
-            fields,
-        )
+        return causes.MISSING_REFUSAL, f"Raise {reason[:-1]})".replace("(", "(message, ", 1), fields
     if kind == "refused" and mine.reason == theirs.reason:
         return None
     fields = {"want": reason, "why": "the first check that fails names it", "error": _said(mine)}
-    if (
-        kind == "refused"
-        and mine.reason in REASONS
-        and _order(mine.reason, blob.blob) > _order(theirs.reason, blob.blob)
-    ):
+    order = f"Check in the table's order: {', '.join(REASONS)}"
+    earlier = kind == "refused" and mine.reason in REASONS
+    if earlier and _order(mine.reason, blob.blob) > _order(theirs.reason, blob.blob):
         return causes.WRONG_CHECK_ORDER, order, fields
     hint = order if kind == "refused" else "Raise paged_kv.errors.CorruptBlock, with its reason"
     return causes.WRONG_ERROR, hint, {**fields, "where": ""}
@@ -321,10 +262,7 @@ class Tier:
         self.asked[0] += 1
         if self.asked[0] > 1000:
             raise _Stuck
-        n = 0
-        while n < len(keys) and keys[n] in self.keys:
-            n += 1
-        return n
+        return next((i for i, key in enumerate(keys) if key not in self.keys), len(keys))
 
     def __repr__(self) -> str:
         return self.name
@@ -348,46 +286,6 @@ def _lines_capped(action: Callable[[], Any]) -> Any:
         sys.settrace(previous)
 
 
-def _run_case(
-    trial: Trial, fn: Callable[..., Any], keys: list[str], held: list[tuple[str, list[str]]]
-) -> None:
-    asked: list[int] = [0]
-    mine, theirs = [Tier(n, k, asked) for n, k in held], [Tier(n, k) for n, k in held]
-    made = ", ".join(f"{n} = Tier({n!r}, {k})" for n, k in held)
-    setup = ["from paged_kv.course.checks.ch07_beyond_one_process import Tier"]
-    line = f"{fn.__name__}({keys}, [{', '.join(n for n, _ in held)}])"
-    for text in setup + ([made] if held else []):
-        trial.note(text)
-    given, tiers = trial.hand(keys), trial.hand(mine)
-    try:
-        _lines_capped(
-            lambda: trial.same(
-                line,
-                lambda: fn(given, tiers),
-                lambda: longest_run(keys, cast("list[Any]", theirs)),
-                compare=_same_tiers(mine),
-            )
-        )
-    except _Stuck:
-        hint = "When no tier has the next block (or there are no tiers), the run is over"
-        trial.fail(causes.ENDLESS_LOOP, hint, line=line)
-    for tier, ref in zip(mine, theirs, strict=True):
-        if tier.calls > ref.calls:
-            trial.fail(
-                causes.NEEDLESS_QUESTIONS, line=line, tier=tier.name, got=tier.calls, want=ref.calls
-            )
-
-
-def _same_tiers(tiers: list[Tier]) -> Callable[[Any, list[Tier]], str | None]:
-    def compare(got: Any, want: list[Tier]) -> str | None:
-        names = [t.name for t in want]
-        if isinstance(got, list) and all(any(x is t for t in tiers) for x in got):
-            return None if [t.name for t in got] == names else _RULE
-        return f"{_RULE} (the list of the tier objects themselves, {names} here)"
-
-    return compare
-
-
 _RULE = (
     "Ask the tiers in order (fastest first) about the keys not covered yet; the first that "
     "answers n > 0 supplies the next n blocks, all of them; then ask again from the fastest; "
@@ -395,21 +293,46 @@ _RULE = (
 )
 
 
+def _run_case(trial: Trial, fn: Callable[..., Any], keys: list[str], held: list[Any]) -> None:
+    asked: list[int] = [0]
+    mine, theirs = [Tier(n, k, asked) for n, k in held], [Tier(n, k) for n, k in held]
+    trial.note("from paged_kv.course.checks.ch07_beyond_one_process import Tier")
+    if held:
+        trial.note(", ".join(f"{n} = Tier({n!r}, {k})" for n, k in held))
+    line = f"{fn.__name__}({keys}, [{', '.join(n for n, _ in held)}])"
+    given, tiers = trial.hand(keys), trial.hand(mine)
+
+    def compare(got: Any, want: list[Tier]) -> str | None:
+        names = [t.name for t in want]
+        if isinstance(got, list) and all(any(x is t for t in mine) for x in got):
+            return None if [t.name for t in got] == names else _RULE
+        return f"{_RULE} (the list of the tier objects themselves, {names} here)"
+
+    try:
+        _lines_capped(lambda: trial.same(line, lambda: fn(given, tiers), lambda: longest_run(
+            keys, cast("list[Any]", theirs)), compare=compare))  # fmt: skip
+    except _Stuck:
+        hint = "When no tier has the next block (or there are no tiers), the run is over"
+        trial.fail(causes.ENDLESS_LOOP, hint, line=line)
+    for tier, ref in zip(mine, theirs, strict=True):
+        if tier.calls > ref.calls:
+            trial.fail(causes.NEEDLESS_QUESTIONS, line=line, tier=tier.name, got=tier.calls,
+                       want=ref.calls)  # fmt: skip
+
+
 @exercise(2, "my_longest_run")
 def check_longest_run(fn: Callable[[list[str], list[Any]], list[Any]]) -> None:
-    """`fn(keys, tiers)` returns what `longest_run` returns: the tier to read each block of the
-    longest run of `keys` from, asking no tier more questions than it does, and leaving the
-    caller's lists alone."""
+    """`fn(keys, tiers)` returns what `longest_run` returns (the tier to read each block of
+    the longest run from), asking no tier more than it does, leaving the caller's lists alone."""
     keys = [f"k{i}" for i in range(8)]
-    named = [
+    for ks, held in [
         (keys, [("host", ["k0", "k3"]), ("disk", keys[:3]), ("remote", ["k4", "k6", "k7"])]),
         (keys, [("host", ["k0", "k3"]), ("disk", keys[:4]), ("remote", ["k4", "k5"])]),
         ([], [("host", keys)]),
         (keys, []),
         (keys[5:], [("host", ["k0"]), ("disk", keys[:3])]),
         (keys[:6], [("host", keys[:6]), ("disk", keys)]),
-    ]
-    for ks, held in named:
+    ]:
         fixed(lambda trial, ks=ks, held=held: _run_case(trial, fn, ks, held))
 
     def draw(rng: random.Random) -> list[Any]:
@@ -417,13 +340,8 @@ def check_longest_run(fn: Callable[[list[str], list[Any]], list[Any]]) -> None:
         names = rng.sample(["host", "disk", "remote"], rng.randint(1, 3))
         return [(ks, [(n, [k for k in ks if rng.random() < 0.5]) for n in names])]
 
-    search(
-        lambda ops, trial: _run_case(trial, fn, *ops[0]),
-        draw,
-        trials=200,
-        seed=5,
-        what="check_longest_run",
-    )
+    play = lambda ops, trial: _run_case(trial, fn, *ops[0])  # noqa: E731
+    search(play, draw, trials=200, seed=5, what="check_longest_run")
     passed("the longest run across tiers, whole runs from the first tier, stopping at the gap")
 
 
@@ -445,25 +363,23 @@ _AT_ONCE = 0.05  # seconds: an answer from allow() takes microseconds
 
 def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
     """ops[0] = (threshold, cooldown); then seconds to move the clock by, or a method name."""
-    threshold, cooldown = ops[0]
-    clock, ref_clock = Clock(), Clock()
+    (threshold, cooldown), clock, ref_clock = ops[0], Clock(), Clock()
     trial.note("from paged_kv.course.checks.ch07_beyond_one_process import Clock")
     trial.note("clock = Clock()")
     line = f"breaker = {cls.__name__}({threshold}, {cooldown}, clock=clock)"
     mine = trial.run(line, cls, threshold, cooldown, clock=clock)
     ref = CircuitBreaker(threshold, cooldown, clock=ref_clock)
-    trial.expect("breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state)
-    for op in ops[1:]:
-        if isinstance(op, float) or op.startswith("+"):
+    for op in [None, *ops[1:]]:
+        if isinstance(op, float) or (op and op.startswith("+")):
             clock.now += float(op)
             ref_clock.now += float(op)
             trial.note(f"clock.now += {float(op)}")
             continue
-        start = time.perf_counter()
-        trial.same(f"breaker.{op}()", lambda op=op: getattr(mine, op)(), getattr(ref, op))
-        took = time.perf_counter() - start
-        if took > _AT_ONCE:
-            trial.fail(causes.SLOW_ANSWER, line=f"breaker.{op}()", seconds=took)
+        if op:
+            start = time.perf_counter()
+            trial.same(f"breaker.{op}()", lambda op=op: getattr(mine, op)(), getattr(ref, op))
+            if (took := time.perf_counter() - start) > _AT_ONCE:
+                trial.fail(causes.SLOW_ANSWER, line=f"breaker.{op}()", seconds=took)
         trial.expect("breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state)
 
 
@@ -493,11 +409,6 @@ def check_circuit_breaker(cls: type) -> None:
     def draw(rng: random.Random) -> list[Any]:
         return [(rng.randint(1, 4), rng.choice([0.0, 0.5, 1.0])), *rng.choices(_OPS, k=30)]
 
-    search(
-        lambda ops, trial: _breaker_steps(cls, ops, trial),
-        draw,
-        trials=100,
-        seed=11,
-        what="check_circuit_breaker",
-    )
+    play = lambda ops, trial: _breaker_steps(cls, ops, trial)  # noqa: E731
+    search(play, draw, trials=100, seed=11, what="check_circuit_breaker")
     passed("opens, waits and closes like the library's, on 100 random runs")
