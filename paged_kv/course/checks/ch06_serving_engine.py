@@ -1,11 +1,7 @@
 """Chapter 06 checks: a learner's scheduler admits and preempts like the library's, and an
-engine on it, short of blocks, generates the cache-free greedy tokens.
-
-Each fixed scenario is the Python that sets it up (the replay), run once with the learner's
-class and once with the library's `Scheduler`; after the call, everything a scheduler may
-change is compared: the plan, the queues, each request, the manager's sequences and the calls
-made to it. Then random engine workloads (`workload(scheduler_cls, seed)`), step by step.
-"""
+engine on it, short of blocks, generates the cache-free greedy tokens. Each fixed scenario is
+the Python that sets it up (the replay), run with the learner's class and with `Scheduler`,
+compared on all a call may change (`_SEEN`); then random engine workloads, step by step."""
 
 from __future__ import annotations
 
@@ -53,14 +49,8 @@ def _name(cls: type[Scheduler]) -> str:
 
 
 def _scene(code: str, cls: type[Scheduler]) -> dict[str, Any]:
-    names: dict[str, Any] = {
-        "KVCacheManager": _RecordingManager,
-        "Request": Request,
-        "SamplingParams": SamplingParams,
-        "Scheduler": Scheduler,
-        "StepPlan": StepPlan,
-        _name(cls): cls,
-    }
+    names: dict[str, Any] = {c.__name__: c for c in (Request, SamplingParams, Scheduler, StepPlan)}
+    names |= {"KVCacheManager": _RecordingManager, _name(cls): cls}
     exec(code.format(cls=_name(cls)), names)  # the check's own scenario, shown as the replay
     names["manager"].calls.clear()
     names["requests"] = sorted(
@@ -69,27 +59,18 @@ def _scene(code: str, cls: type[Scheduler]) -> dict[str, Any]:
     return names
 
 
-def _seen(x: dict[str, Any]) -> dict[str, Any]:
-    """What a scheduler's call may change, as plain values."""
-    scheduler, plan, manager, given = x["scheduler"], x["plan"], x["manager"], x["requests"]
-    originals = {id(r) for r in given}
-    return {
-        "[(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]": [
-            (c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks
-        ],
-        "plan.preempted": list(plan.preempted),
-        "[r.request_id for r in scheduler.waiting]": [r.request_id for r in scheduler.waiting],
-        "every request in scheduler.waiting is the one it was given": all(
-            id(r) in originals for r in scheduler.waiting
-        ),
-        "[r.request_id for r in scheduler.running]": [r.request_id for r in scheduler.running],
-        "[(r.status.value, r.output, r.num_cached_tokens, r.num_preemptions) for r in requests]": [
-            (r.status.value, r.output, r.num_cached_tokens, r.num_preemptions) for r in given
-        ],
-        "the sequences the manager holds": [r.request_id for r in given if r.request_id in manager],
-        "manager.pool.num_in_use": manager.pool.num_in_use,
-        "the manager calls it made (add_sequence, free_sequence)": manager.calls,
-    }
+# what a scheduler's call may change, as expressions on the scenario's names
+_SEEN = [
+    "[(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]",
+    "list(plan.preempted)",
+    "[r.request_id for r in scheduler.waiting]",
+    "all(any(r is g for g in requests) for r in scheduler.waiting)  # the objects it was given",
+    "[r.request_id for r in scheduler.running]",
+    "[(r.status.value, r.output, r.num_cached_tokens, r.num_preemptions) for r in requests]",
+    "[r.request_id for r in requests if r.request_id in manager]",
+    "manager.pool.num_in_use",
+    "manager.calls  # the add_sequence and free_sequence calls it made",
+]
 
 
 def _scenario(cls: type[Scheduler], code: str, line: str, hint: str) -> None:
@@ -100,9 +81,8 @@ def _scenario(cls: type[Scheduler], code: str, line: str, hint: str) -> None:
         for text in code.format(cls=_name(cls)).strip().splitlines():
             trial.note(text)
         trial.same(line, lambda: eval(line, mine), lambda: eval(line, theirs), hint=hint)
-        want = _seen(theirs)
-        for expr, got in _seen(mine).items():
-            trial.expect(expr, got, want[expr], hint)
+        for expr in _SEEN:
+            trial.expect(expr, eval(expr, mine), eval(expr, theirs), hint)
 
     fixed(play)
 
@@ -143,41 +123,21 @@ _PRICE = (
     "ScheduledChunk(request, request.num_cached_tokens, the rest, True)"
 )
 _ADMISSIONS = [
-    (
-        _admission(
-            24,
-            "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 65)), [5]]",
-            cached=_CACHED,
-        ),
-        _PRICE,
-    ),
-    (
-        _DECODES.format(end=31),
-        "plan.budget_left already counts the running requests' decodes, "
-        "so the step is not empty: " + _PRICE,
-    ),
+    (_admission(24, "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 65)), [5]]",
+                cached=_CACHED), _PRICE),
+    (_DECODES.format(end=31), "plan.budget_left already counts the running requests' decodes, "
+     "so the step is not empty: " + _PRICE),
     (_DECODES.format(end=29), "plan.budget_left already counts the running requests' decodes"),
-    (
-        _admission(10, "[list(range(4)), list(range(10, 16))]"),
-        "A cost equal to plan.budget_left fits",
-    ),
-    (
-        _admission(8, "[list(range(20))]"),
-        "A request bigger than the whole budget runs alone in an empty step",
-    ),
+    (_admission(10, "[list(range(4)), list(range(10, 16))]"),
+     "A cost equal to plan.budget_left fits"),
+    (_admission(8, "[list(range(20))]"),
+     "A request bigger than the whole budget runs alone in an empty step"),
     (_admission(64, "[[0], [1], [2]]", running=2), "At most max_running requests run at once"),
-    (
-        _admission(64, "[list(range(20)), [7]]", blocks=3),
-        "When add_sequence raises OutOfBlocks "
-        "nothing changed: stop admitting, the request keeps waiting (and those behind it)",
-    ),
-    (
-        _admission(
-            64, "[[4, 5, 6]]", cached="manager.add_sequence(0, [1, 2, 3])  # id 0 is taken\n"
-        ),
-        "Catch only OutOfBlocks: any other error is a bug that must come through",
-    ),
-]
+    (_admission(64, "[list(range(20)), [7]]", blocks=3), "When add_sequence raises OutOfBlocks "
+     "nothing changed: stop admitting, the request keeps waiting (and those behind it)"),
+    (_admission(64, "[[4, 5, 6]]", cached="manager.add_sequence(0, [1, 2, 3])  # id 0 is taken\n"),
+     "Catch only OutOfBlocks: any other error is a bug that must come through"),
+]  # fmt: skip
 
 
 @exercise(1, "admission")
@@ -244,14 +204,9 @@ def workload(scheduler_cls: type[Scheduler], seed: int) -> tuple[Engine, list[li
     prompts = [shared + [rng.randrange(256) for _ in range(rng.randrange(1, 20))] for _ in range(6)]
     block_size = rng.choice([1, 4, 8])
     longest = max(blocks_needed(len(p) + 6, block_size) for p in prompts)
-    engine = Engine(
-        _small_model(),
-        num_blocks=longest + rng.randrange(0, 4),
-        block_size=block_size,
-        max_batch_tokens=rng.choice([16, 32, 64]),
-        max_running=rng.choice([2, 4, 8]),
-        scheduler=scheduler_cls,
-    )
+    engine = Engine(_small_model(), num_blocks=longest + rng.randrange(0, 4), block_size=block_size,
+                    max_batch_tokens=rng.choice([16, 32, 64]), max_running=rng.choice([2, 4, 8]),
+                    scheduler=scheduler_cls)  # fmt: skip
     return engine, prompts
 
 
@@ -274,31 +229,25 @@ def _compare_traces(scheduler_cls: type[Scheduler], what: str) -> None:
     for seed in range(6):
         with one_thread():
             (mine, tokens), (theirs, want) = _trace(scheduler_cls, seed), _library_trace(seed)
-        step = next(
-            (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b),
-            None if len(mine) == len(theirs) and tokens == want else min(len(mine), len(theirs)),
-        )
+        same = len(mine) == len(theirs) and tokens == want
+        differ = (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
+        step = next(differ, None if same else min(len(mine), len(theirs)))
         if step is None:
             continue
         got, wanted = (s[step] if step < len(s) else "no step" for s in (mine, theirs))
-        replay = (
-            "\nReplay it:\n    from paged_kv.serving.scheduler import SamplingParams\n"
+        hint = (f"Each entry: (request, first position, tokens, admitted), then (request, tokens) "
+                f"preempted. Your {what} differs from the library's here")  # fmt: skip
+        message = causes.say(causes.WRONG_STATE, hint, line=f"step {step} of workload {seed}",
+                             expr="(computed, preempted)", want=wanted, got=got)  # fmt: skip
+        raise CheckFailed(
+            f"{message}\nReplay it:\n    from paged_kv.serving.scheduler import SamplingParams\n"
             "    from paged_kv.course.checks.ch06_serving_engine import workload\n"
             f"    engine, prompts = workload({scheduler_cls.__name__}, seed={seed})\n"
             "    for p in prompts:\n        engine.add_request(p, SamplingParams(6))\n"
             f"    for _ in range({step + 1}):\n"
-            "        print(engine.step().describe())  # request:tokens, * for an admission"
-        )
-        message = causes.say(
+            "        print(engine.step().describe())  # request:tokens, * for an admission",
             causes.WRONG_STATE,
-            f"Each entry: (request, first position, tokens, admitted), then "
-            f"(request, tokens) preempted. Your {what} differs from the library's here",
-            line=f"step {step} of workload {seed}",
-            expr="(computed, preempted)",
-            want=wanted,
-            got=got,
         )
-        raise CheckFailed(message + replay, causes.WRONG_STATE)
 
 
 # -- exercise 3: both together -----------------------------------------------------------------
@@ -327,42 +276,32 @@ def _at_fault(scheduler_cls: type[Scheduler]) -> CheckFailed | None:
 def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
     """An engine with `scheduler_cls`, short of blocks, generates the cache-free greedy tokens.
     A failure runs exercises 1 and 2's checks on each method to name the one at fault."""
-    model = sensitive_model()
-    prompts = [SYSTEM_PROMPT + list(q) for q in _QUESTIONS]
+    model, prompts = sensitive_model(), [SYSTEM_PROMPT + list(q) for q in _QUESTIONS]
     engine = Engine(model, num_blocks=12, block_size=8, scheduler=scheduler_cls)
-    replay = (
-        "\nReplay it:\n    from paged_kv.serving.engine import Engine\n"
-        "    from paged_kv.course.checks.capstone import SYSTEM_PROMPT, sensitive_model\n"
-        f"    engine = Engine(sensitive_model(), num_blocks=12, block_size=8, "
-        f"scheduler={scheduler_cls.__name__})\n"
-        f"    engine.generate([SYSTEM_PROMPT + list(q) for q in {_QUESTIONS}], 24)"
-    )
     failure: CheckFailed | None = None
     try:
         with one_thread():
             out = call("engine.generate(prompts, 24)", engine.generate, prompts, 24)
+            wants = [greedy_dense(model, prompt, 24) for prompt in prompts]
     except CheckFailed as error:
         failure = error
     else:
-        for i, (completion, prompt) in enumerate(zip(out, prompts, strict=True)):
-            with one_thread():
-                want = greedy_dense(model, prompt, 24)
+        for i, (completion, want) in enumerate(zip(out, wants, strict=True)):
             if completion.token_ids != want and failure is None:
-                hint = (
-                    "An admitted request computes every token from its prefix hits on; a "
-                    "preempted one keeps its output, recomputed with its prompt"
-                )
-                message = causes.say(
-                    causes.WRONG_RESULT,
-                    hint,
-                    line=f"request {i}'s tokens",
-                    want=want,
-                    got=completion.token_ids,
-                )
+                hint = ("An admitted request computes every token from its prefix hits on; a "
+                        "preempted one keeps its output, recomputed with its prompt")  # fmt: skip
+                line, got = f"request {i}'s tokens", completion.token_ids
+                message = causes.say(causes.WRONG_RESULT, hint, line=line, want=want, got=got)
                 failure = CheckFailed(message, causes.WRONG_RESULT)
     if failure is not None:
         with quiet():
             found = _at_fault(scheduler_cls)
-        cause = found.cause if found else failure.cause
-        raise CheckFailed(f"{failure}{found or ''}{replay}", cause)
+        raise CheckFailed(
+            f"{failure}{found or ''}\nReplay it:\n    from paged_kv.serving.engine import Engine\n"
+            "    from paged_kv.course.checks.capstone import SYSTEM_PROMPT, sensitive_model\n"
+            "    engine = Engine(sensitive_model(), num_blocks=12, block_size=8, "
+            f"scheduler={scheduler_cls.__name__})\n"
+            f"    engine.generate([SYSTEM_PROMPT + list(q) for q in {_QUESTIONS}], 24)",
+            found.cause if found else failure.cause,
+        )
     passed(f"served like dense decoding, through {len(engine.stats().preemptions)} preemptions")
