@@ -15,9 +15,8 @@ from typing import Any
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.eviction import LRU
 from paged_kv.course.checks import causes
-from paged_kv.course.checks.cost import count_lines_executed
+from paged_kv.course.checks.cost import constant_work
 from paged_kv.course.checks.failures import (
-    CheckFailed,
     call,
     exercise,
     passed,
@@ -280,24 +279,26 @@ _POOL_SIZES = (64, 4096)
 
 
 def _work_grows_with_the_table(fn: Callable[..., Any]) -> None:
-    """The same add (2 cached hits, 2 fresh blocks) runs as many Python lines in a 64-block
-    pool as in a 4,096-block one: nothing scans the pool."""
-    lines = []
-    for size in _POOL_SIZES:
+    """The same add (2 cached hits, 2 fresh blocks) costs as much in a 64-block pool as in a
+    4,096-block one: nothing scans the pool."""
+
+    def build(size: int) -> tuple[BlockPool, int]:
         pool = BlockPool(size, 4)
         pool.keep_content(pool.allocate(4))
         pool.release([0, 1, 2, 3])
-        doing = f"allocate_table(pool, [0, 1], 4) in a {size:,}-block pool"
-        lines.append(count_lines_executed(lambda p=pool, d=doing: call(d, fn, p, [0, 1], 4)))
-    small, large = lines
-    if large > 2 * small + 50:
-        raise CheckFailed(
-            f"allocate_table(pool, [0, 1], 4) ran {small:,} Python lines in a "
-            f"{_POOL_SIZES[0]}-block pool but {large:,} in a {_POOL_SIZES[1]:,}-block pool: it "
-            "scans the pool. Count the cached hits among the hits only (sum(1 for b in hits "
-            "if pool.ref_count(b) == 0)): the work must grow with the table, not the pool.",
-            causes.WORK_GROWS,
-        )
+        return pool, size
+
+    constant_work(
+        build,
+        lambda pool, size: call(
+            f"allocate_table(pool, [0, 1], 4), {size:,} blocks", fn, pool, [0, 1], 4
+        ),
+        _POOL_SIZES,
+        what="allocate_table(pool, [0, 1], 4)",
+        unit="blocks in the pool",
+        hint="Count the cached hits among the hits only (pool.ref_count(b) == 0 for each): the "
+        "work must grow with the table, not the pool.",
+    )
 
 
 def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Trial], None]:
