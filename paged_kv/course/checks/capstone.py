@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import random
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from paged_kv.serving.scheduler import SamplingParams, Scheduler
 
 SYSTEM_PROMPT = list(b"You are a terse assistant. Reply in one line.\n")
 _MANAGER_PARTS = ("pool", "block_hasher", "prefix_lookup", "allocate_table")
+_NOT_YOURS = ("paged_kv.", "builtins", "abc")
 
 
 @contextmanager
@@ -58,31 +60,18 @@ def sensitive_model() -> TinyLM:
 
 
 def _prompts() -> list[tuple[list[int], str | None]]:
-    rng = random.Random(6)
+    rng, questions = random.Random(6), [b"Why pages?", b"What is a block?", b"Evict what?"]
     systems = [SYSTEM_PROMPT, list(b"SYSTEM: answer about KV caches, briefly.\n")]
-    questions = [b"Why pages?", b"What is a block?", b"Evict what?"]
-    return [
-        (
-            systems[i % 2] + list(rng.choice(questions)) + [48 + i],
-            "tenant-b" if i % 3 == 2 else None,
-        )
-        for i in range(10)
-    ]
+    return [(systems[i % 2] + list(rng.choice(questions)) + [48 + i],
+             "tenant-b" if i % 3 == 2 else None) for i in range(10)]  # fmt: skip
 
 
 def _serve(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[Engine, list[Any]]:
     hooks = {name: parts[name] for name in _MANAGER_PARTS if parts.get(name) is not None}
-    engine = Engine(
-        sensitive_model(),
-        num_blocks=30,
-        block_size=4,
-        max_batch_tokens=128,
-        max_running=6,
-        eviction=parts.get("eviction") or "lru",
-        scheduler=scheduler_cls,
-        attention=parts.get("attention"),
-        manager_factory=functools.partial(learner_manager, **hooks),
-    )
+    engine = Engine(sensitive_model(), num_blocks=30, block_size=4, max_batch_tokens=128,
+                    max_running=6, eviction=parts.get("eviction") or "lru", scheduler=scheduler_cls,
+                    attention=parts.get("attention"),
+                    manager_factory=functools.partial(learner_manager, **hooks))  # fmt: skip
     ids = [engine.add_request(p, SamplingParams(10), salt=salt) for p, salt in _prompts()]
     engine.run()
     return engine, [engine.completion(i).token_ids for i in ids]
@@ -145,33 +134,34 @@ def _run_parts(
 
 
 def _part_code(obj: Any) -> set[Any]:
-    """The code objects of a part: a function's, or the methods of a class and its bases
-    (except the library's own)."""
+    """The code objects of a part: a function's, or its classes' methods (not the library's)."""
     if hasattr(obj, "__code__"):
         return {obj.__code__}
-    codes = set()
-    for klass in getattr(obj, "__mro__", ()):
-        if not klass.__module__.startswith(("paged_kv.", "builtins", "abc")):
-            for value in vars(klass).values():
-                value = getattr(getattr(value, "__func__", value), "fget", value)
-                codes |= {value.__code__} if hasattr(value, "__code__") else set()
-    return codes
+    ours = [k for k in getattr(obj, "__mro__", ()) if not k.__module__.startswith(_NOT_YOURS)]
+    values = [getattr(getattr(v, "__func__", v), "fget", v) for k in ours for v in vars(k).values()]
+    return {v.__code__ for v in values if hasattr(v, "__code__")}
 
 
 def _part_of(exc: BaseException, parts: dict[str, Any]) -> str:
     """'your pool (chapter 01): ' when the innermost part on the stack raised `exc`."""
     from paged_kv.course import parts as saved
 
-    tb, codes = exc.__traceback__, []
-    while tb is not None:
-        codes.append(tb.tb_frame.f_code)
-        tb = tb.tb_next
+    codes = [frame.f_code for frame, _ in traceback.walk_tb(exc.__traceback__)]
     for code in reversed(codes):
         for name, part in saved.PARTS.items():
             if parts.get(name) is not None and code in _part_code(parts[name]):
                 return f"{part.what} (chapter {part.chapter}): "
     named = [p for n, p in saved.PARTS.items() if str(exc).startswith(n + " ")]  # a hook's check
     return f"{named[0].what} (chapter {named[0].chapter}): " if named else ""
+
+
+def _served(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> list[Any] | None:
+    """The tokens of a run on `parts`, or None if it raised (a diagnosis: nothing reported)."""
+    try:
+        with quiet():
+            return _serve(parts, scheduler_cls)[1]
+    except Exception:
+        return None
 
 
 def _culprits(
@@ -181,29 +171,18 @@ def _culprits(
     parts without which the tokens come out right are at fault."""
     from paged_kv.course import parts as saved
 
-    causes_found = []
-    for name in [n for n in saved.PARTS if parts.get(n) is not None]:
-        try:
-            with quiet():
-                _, tokens = _serve({**parts, name: None}, scheduler_cls)
-        except Exception:
-            continue
-        if tokens == want:
-            part = saved.PARTS[name]
-            causes_found.append(
-                f"With the library's {name} instead of {part.what}, the engine serves every "
-                f"token right: {part.what} is at fault. Run the checks of chapter "
-                f"{part.chapter}'s exercise notebook ({Path(part.notebook).name}) again, and "
-                "look at what they do not try."
-            )
-    if causes_found:
-        return causes.PART_AT_FAULT, "\n".join(causes_found)
-    try:
-        with quiet():
-            right = _serve({}, scheduler_cls)[1] == want
-    except Exception:
-        right = False
-    if not right:
+    mine = [n for n in saved.PARTS if parts.get(n) is not None]
+    at_fault = [
+        (n, saved.PARTS[n]) for n in mine if _served({**parts, n: None}, scheduler_cls) == want
+    ]
+    if at_fault:
+        return causes.PART_AT_FAULT, "\n".join(
+            f"With the library's {name} instead of {part.what}, the engine serves every token "
+            f"right: {part.what} is at fault. Run the checks of chapter {part.chapter}'s exercise "
+            f"notebook ({Path(part.notebook).name}) again, and look at what they do not try."
+            for name, part in at_fault
+        )
+    if _served({}, scheduler_cls) != want:
         return causes.SCHEDULER_AT_FAULT, (
             f"With the library's parts and your {scheduler_cls.__name__}, the tokens are still "
             "wrong: your scheduler is the cause (run this notebook's checks again)."
