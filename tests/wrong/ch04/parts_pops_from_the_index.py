@@ -1,7 +1,0 @@
-# expect: mutates_argument
-# check: check_prefix_parts(chained_hashes, pops_from_the_index, allocate_table)
-def pops_from_the_index(index, hashes, num_prompt_tokens, block_size):
-    blocks = cached_prefix(index, hashes, num_prompt_tokens, block_size)
-    for digest in hashes[: len(blocks)]:
-        index.pop(digest)
-    return blocks
