@@ -43,17 +43,14 @@ _SHIFT_LSE = "The same lses shifted to moderate values pass: subtract the larges
 def _tiles(seed: int, bounds: list[tuple[int, int]], *, offset: int = 0, dtype: str = "",
            masked: str = "", width: int = 3) -> str:  # fmt: skip
     """The code of a row of scores (random, ×4, + `offset`) cut into tiles at `bounds`."""
-    cast = f".to(torch.{dtype})" if dtype else ""
-    return "\n".join(
-        [
-            f"g = torch.Generator().manual_seed({seed})",
-            f"scores = torch.randn({bounds[-1][1]}, generator=g) * 4"
-            + (f" + {offset}" if offset else ""),
-            f"values = torch.randn({bounds[-1][1]}, {width}, generator=g)",
-            *([f"scores[{masked}] = -math.inf"] if masked else []),
-            f"tiles = [(scores[a:b]{cast}, values[a:b]{cast}) for a, b in {bounds}]",
-        ]
-    )
+    cast, plus = (f".to(torch.{dtype})" if dtype else ""), (f" + {offset}" if offset else "")
+    n = bounds[-1][1]
+    lines = [f"g = torch.Generator().manual_seed({seed})",
+             f"scores = torch.randn({n}, generator=g) * 4{plus}",
+             f"values = torch.randn({n}, {width}, generator=g)",
+             *([f"scores[{masked}] = -math.inf"] if masked else []),
+             f"tiles = [(scores[a:b]{cast}, values[a:b]{cast}) for a, b in {bounds}]"]  # fmt: skip
+    return "\n".join(lines)
 
 
 def _bounds(rng: random.Random, n: int) -> list[tuple[int, int]]:
@@ -119,11 +116,8 @@ def _unrescaled(*, sum_too: bool, own_max: bool) -> Reference:
     return output
 
 
-_RESCALES = [
-    (causes.MISSING_RESCALE, _unrescaled(sum_too=False, own_max=False)),
-    (causes.MISSING_RESCALE, _unrescaled(sum_too=True, own_max=False)),
-    (causes.MISSING_RESCALE, _unrescaled(sum_too=True, own_max=True)),
-]
+_RESCALES = [(causes.MISSING_RESCALE, _unrescaled(sum_too=s, own_max=o)) for s, o in
+             [(False, False), (True, False), (True, True)]]  # fmt: skip
 _ONLINE = "online_softmax(iter(tiles))"
 
 
@@ -181,11 +175,9 @@ def _merge_case(what: str, seed: int, shape: tuple[int, ...], *extra: str, hint:
                 twin_cause: str = "") -> Case:  # fmt: skip
     """outs [*shape, 4] and lses [*shape] at random, then the `extra` lines; with a
     `twin_cause`, the twin is the case without the first extra line."""
-    lines = [
-        f"g = torch.Generator().manual_seed({seed})",
-        f"outs = torch.randn({(*shape, 4)}, generator=g)",
-        f"lses = torch.randn({shape}, generator=g) * 3",
-    ]
+    lines = [f"g = torch.Generator().manual_seed({seed})",
+             f"outs = torch.randn({(*shape, 4)}, generator=g)",
+             f"lses = torch.randn({shape}, generator=g) * 3"]  # fmt: skip
     twin = "\n".join(lines + list(extra[1:])) if twin_cause else None
     return Case(what, "\n".join(lines + list(extra)), hint, twin, twin_cause or causes.WRONG_RESULT,
                 _SHIFT_LSE)  # fmt: skip
@@ -243,15 +235,10 @@ _DECODE = "paged_decode(q, k_cache, v_cache, block_tables, seq_lens)"
 
 
 def _batch(seed: int, block_size: int, group: int, *extra: str) -> str:
-    return "\n".join(
-        [
-            "from paged_kv.attention.testing import random_paged_batch",
-            f"g = torch.Generator().manual_seed({seed})",
-            f"q, k_cache, v_cache, block_tables, seq_lens, _ = random_paged_batch(g, 3, "
-            f"{block_size}, 2, {group}, 8)",
-            *extra,
-        ]
-    )
+    return "\n".join(["from paged_kv.attention.testing import random_paged_batch",
+                      f"g = torch.Generator().manual_seed({seed})",
+                      "q, k_cache, v_cache, block_tables, seq_lens, _ = random_paged_batch(g, 3, "
+                      f"{block_size}, 2, {group}, 8)", *extra])  # fmt: skip
 
 
 def _decode_cases() -> list[Case]:
@@ -338,12 +325,11 @@ def check_write_kv(fn: Callable[..., None]) -> None:
         slots = torch.randperm(blocks * size, generator=gen)[:n]
         slots[torch.rand(n, generator=gen) < 0.2] = -1
         k, v = torch.randn(n, 2, 3, generator=gen), torch.randn(n, 2, 3, generator=gen)
-        theirs = (torch.zeros(blocks, size, 2, 3), torch.zeros(blocks, size, 2, 3))
-        ours = (torch.zeros(blocks, size, 2, 3), torch.zeros(blocks, size, 2, 3))
-        fn(theirs[0], theirs[1], slots, k, v)
-        write_kv(ours[0], ours[1], slots, k, v)
+        (k1, v1), (k2, v2) = ((torch.zeros(blocks, size, 2, 3) for _ in "kv") for _ in "12")
+        fn(k1, v1, slots, k, v)
+        write_kv(k2, v2, slots, k, v)
         expect(
-            torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1]),
+            torch.equal(k1, k2) and torch.equal(v1, v2),
             f"trial {trial}: after writing rows at slots {slots.tolist()} into {blocks} blocks "
             f"of {size}, the caches differ from the expected ones. Slot s is block "
             "s // block_size, offset s % block_size; skip slots of -1.",

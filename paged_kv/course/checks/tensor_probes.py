@@ -1,18 +1,13 @@
-"""Tensor probes: the inputs a kernel meets, the learner's function and the library's reference
-run on the same ones, and one cause named from what the output shows.
+"""Tensor probes: the learner's function and the library's reference on the same inputs, one
+cause named from what the output shows.
 
-A `Case` is the Python that builds the inputs (so every failure replays: the message shows
-those lines and the call), optionally with a *twin*: the same case without what makes it
-hard (scores shifted to moderate values, float32 instead of float16). The evidence names the
-cause, in this order: the type, shape and dtype of the output; then, if the case fails and
-its twin passes, the twin's cause (`overflow` at ±800, `precision` in half precision); NaN or
-inf where the reference is finite (`not_finite`); an output equal to what a named mistake
-gives (`variants`: a missing rescale, the wrong dimension...); else `wrong_result`.
-
-The probes that watch how the answer works, not what it returns: `tiles_held` (tensor bytes
-alive while tiles stream in: a copy kept grows with the row), `BlockReads` (the largest read of
-a cache at once: a dense gather reads many blocks), `library_calls` (a call into the
-library's own attention code).
+A `Case` is the Python that builds the inputs (the replay), optionally with a *twin*: the
+same case without its difficulty (moderate scores, float32). The cause, in order: the output's
+type, shape, dtype; the twin's cause when the case fails and its twin passes (`overflow`,
+`precision`); NaN or inf where the reference is finite (`not_finite`); an output equal to a
+named mistake's (`variants`); else `wrong_result`. Probes of how the answer works:
+`tiles_held` (tensor bytes alive while tiles stream), `BlockReads` (the largest read of a
+cache at once), `library_calls` (a call into the library's attention code).
 """
 
 from __future__ import annotations
@@ -36,6 +31,7 @@ from paged_kv.course.checks.failures import CheckFailed, call, short_repr, stage
 # float32 sums of a few dozen terms stay well inside these; float16 accumulation does not
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 Reference = Callable[[dict[str, Any]], Any]
+Difference = tuple[str, str, str]  # (cause, what the learner's output shows, the reference's)
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,7 @@ def replay(code: str, line: str) -> str:
     return "\n".join("    " + text for text in [*code.strip().splitlines(), line])
 
 
-def difference(got: Any, want: Any) -> tuple[str, str, str] | None:
+def difference(got: Any, want: Any) -> Difference | None:
     """(cause, what the learner's output shows, what the reference's does), or None when they
     agree. Tuples are compared item by item (the first item that differs speaks)."""
     if isinstance(want, tuple):
@@ -83,14 +79,14 @@ def difference(got: Any, want: Any) -> tuple[str, str, str] | None:
     if not torch.isfinite(mine[finite]).all():
         return causes.NOT_FINITE, _shown(mine), _shown(theirs)
     tol = TOLERANCE[want.dtype]
-    if not torch.allclose(mine, theirs, rtol=tol, atol=tol):
-        err = (mine - theirs)[finite].abs().max().item() if finite.any() else math.inf
-        return (
-            causes.WRONG_RESULT,
-            f"{_shown(mine)} (off by {err:.2g}, allowed {tol:g})",
-            (_shown(theirs)),
-        )
-    return None
+    if torch.allclose(mine, theirs, rtol=tol, atol=tol):
+        return None
+    err = (mine - theirs)[finite].abs().max().item() if finite.any() else math.inf
+    return (
+        causes.WRONG_RESULT,
+        f"{_shown(mine)} (off by {err:.2g}, allowed {tol:g})",
+        _shown(theirs),
+    )
 
 
 def _shown(t: torch.Tensor) -> str:
@@ -101,18 +97,12 @@ def _shown(t: torch.Tensor) -> str:
 
 
 Arguments = Callable[[dict[str, Any]], tuple[Any, ...]]
+Runner = Callable[[Callable[..., Any], dict[str, Any]], Any]
 
 
-def judge(
-    fn: Callable[..., Any],
-    case: Case,
-    line: str,
-    arguments: Arguments,
-    reference: Reference,
-    *,
-    variants: Iterable[tuple[str, Reference]] = (),
-    run: Callable[[Callable[..., Any], dict[str, Any]], Any] | None = None,
-) -> None:
+def judge(fn: Callable[..., Any], case: Case, line: str, arguments: Arguments,
+          reference: Reference, *, variants: Iterable[tuple[str, Reference]] = (),
+          run: Runner | None = None) -> None:  # fmt: skip
     """Call `fn(*arguments(inputs))` on `case` (shown as `line`) and compare with
     `reference(inputs)`; raise CheckFailed with one cause if they differ. `variants`: cause ->
     what that mistake outputs on the inputs. `run(fn, inputs)` replaces the plain call (for a
@@ -141,18 +131,10 @@ def fail(cause: str, case: Case, line: str, hint: str, **fields: object) -> None
     raise CheckFailed(f"On {case.what}: {message}\nReplay it:\n{replay(case.code, line)}", cause)
 
 
-def _outcome(
-    fn: Callable[..., Any],
-    what: str,
-    code: str,
-    line: str,
-    arguments: Arguments,
-    reference: Reference,
-    run: Callable[[Callable[..., Any], dict[str, Any]], Any] | None = None,
-) -> tuple[str, str, str] | None:
-    inputs = build(code)
-    with stage(f"{line} on {what}"):
-        doing = f"{line} on {what}"
+def _outcome(fn: Callable[..., Any], what: str, code: str, line: str, arguments: Arguments,
+             reference: Reference, run: Runner | None = None) -> Difference | None:  # fmt: skip
+    inputs, doing = build(code), f"{line} on {what}"
+    with stage(doing):
         got = call(doing, run, fn, inputs) if run else call(doing, fn, *arguments(inputs))
     return difference(got, reference(build(code)))
 
@@ -188,13 +170,8 @@ class BlockReads(torch.Tensor):
     largest = 0
 
     @classmethod
-    def __torch_function__(
-        cls,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:  # fmt: skip
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **(kwargs or {}))
             if not isinstance(out, torch.Tensor):
