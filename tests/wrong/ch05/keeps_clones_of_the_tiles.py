@@ -3,10 +3,5 @@
 seen = []
 
 
-def wrong(tiles):
-    def cloned():
-        for scores, values in tiles:
-            seen.append((scores.clone(), values.clone()))  # "in case I need them again"
-            yield seen[-1]
-
-    return online_softmax(cloned())
+def wrong(tiles):  # "in case I need them again"
+    return online_softmax(seen.append((s.clone(), v.clone())) or seen[-1] for s, v in tiles)

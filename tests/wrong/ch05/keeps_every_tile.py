@@ -1,10 +1,7 @@
 # expect: keeps_tiles
 # check: check_online_softmax(wrong)
-def wrong(tiles):
+def wrong(tiles):  # the whole row kept (a list of tiles, or a torch.cat grown tile by tile)
     kept = list(tiles)
-    scores = torch.cat([s for s, _ in kept]).float()
-    values = torch.cat([v for _, v in kept]).float()
+    scores, values = (torch.cat([t[i] for t in kept]).float() for i in (0, 1))
     lse = torch.logsumexp(scores, 0)
-    if lse == -math.inf:
-        return torch.zeros(values.shape[-1]), lse
-    return torch.softmax(scores, 0) @ values, lse
+    return (torch.softmax(scores, 0) @ values).nan_to_num(0.0), lse
