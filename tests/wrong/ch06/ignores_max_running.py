@@ -3,7 +3,5 @@
 class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
         cap, self.max_running = self.max_running, 10**9
-        try:
-            super().admit_waiting(plan)
-        finally:
-            self.max_running = cap
+        super().admit_waiting(plan)
+        self.max_running = cap

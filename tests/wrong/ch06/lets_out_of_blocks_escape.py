@@ -1,18 +1,18 @@
 # expect: raised
 # check: check_admission(Wrong)
-class Wrong(Scheduler):
+class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            tokens = request.admission_sequence()
-            if (
-                len(tokens) - self.manager.num_prefix_hit_tokens(tokens) > plan.budget_left
-                and plan.chunks
-            ):
-                return
-            self.manager.add_sequence(request.request_id, tokens)  # OutOfBlocks escapes
-            self.waiting.popleft()
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+        add, refusals = self.manager.add_sequence, []
+
+        def add_noting(seq_id, tokens):
+            try:
+                return add(seq_id, tokens)
+            except OutOfBlocks as refusal:
+                refusals.append(refusal)
+                raise
+
+        self.manager.add_sequence = add_noting
+        super().admit_waiting(plan)
+        del self.manager.add_sequence
+        if refusals:
+            raise refusals[0]  # OutOfBlocks escapes

@@ -3,7 +3,5 @@
 class Wrong(AdmittingScheduler, RecomputingScheduler):
     def preempt(self, request, plan, reason):
         self.manager.free_sequence = lambda seq_id: None  # its blocks stay taken
-        try:
-            super().preempt(request, plan, reason)
-        finally:
-            del self.manager.free_sequence
+        super().preempt(request, plan, reason)
+        del self.manager.free_sequence

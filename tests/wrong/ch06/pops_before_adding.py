@@ -1,21 +1,16 @@
 # expect: wrong_state
 # check: check_admission(Wrong)
-class Wrong(Scheduler):
+class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            tokens = request.admission_sequence()
-            if (
-                len(tokens) - self.manager.num_prefix_hit_tokens(tokens) > plan.budget_left
-                and plan.chunks
-            ):
-                return
-            self.waiting.popleft()  # before add_sequence succeeded: a refusal loses it
+        add = self.manager.add_sequence
+
+        def add_after_popping(seq_id, tokens):
             try:
-                self.manager.add_sequence(request.request_id, tokens)
+                return add(seq_id, tokens)
             except OutOfBlocks:
-                return
-            request.status = RequestStatus.RUNNING
-            self.running.append(request)
-            hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+                self.waiting.popleft()  # popped before add_sequence succeeded: a refusal loses it
+                raise
+
+        self.manager.add_sequence = add_after_popping
+        super().admit_waiting(plan)
+        del self.manager.add_sequence

@@ -3,7 +3,5 @@
 class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
         self.manager.num_prefix_hit_tokens = lambda tokens, **keys: 0  # shadows the method
-        try:
-            super().admit_waiting(plan)
-        finally:
-            del self.manager.num_prefix_hit_tokens
+        super().admit_waiting(plan)
+        del self.manager.num_prefix_hit_tokens

@@ -1,20 +1,13 @@
 # expect: wrong_state
 # check: check_admission(Wrong)
-class Wrong(Scheduler):
+class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
-        while self.waiting and len(self.running) < self.max_running:
-            request = self.waiting[0]
-            tokens = request.admission_sequence()
-            if (
-                len(tokens) - self.manager.num_prefix_hit_tokens(tokens) > plan.budget_left
-                and plan.chunks
-            ):
-                return
-            request.status = RequestStatus.RUNNING  # before add_sequence succeeded
-            try:
-                self.manager.add_sequence(request.request_id, tokens)
-            except OutOfBlocks:
-                return
-            self.running.append(self.waiting.popleft())
-            hits = request.num_cached_tokens
-            plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
+        add = self.manager.add_sequence
+
+        def add_when_running(seq_id, tokens):
+            self.waiting[0].status = RequestStatus.RUNNING  # before add_sequence succeeded
+            return add(seq_id, tokens)
+
+        self.manager.add_sequence = add_when_running
+        super().admit_waiting(plan)
+        del self.manager.add_sequence
