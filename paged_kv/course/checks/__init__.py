@@ -55,9 +55,13 @@ from paged_kv.course.checks.cost import count_lines_executed
 from paged_kv.course.checks.failures import CheckFailed, ExerciseNotDone, stubs_as_not_done
 
 # Every check reports a stub as "not done yet", in one line (the labelled ones do already).
-for _name in [n for n in globals() if n.startswith("check_")]:
-    globals()[_name] = stubs_as_not_done(globals()[_name])
-del _name
+globals().update(
+    {
+        name: stubs_as_not_done(check)
+        for name, check in list(globals().items())
+        if name.startswith("check_")
+    }
+)
 
 __all__ = [
     "CheckFailed",

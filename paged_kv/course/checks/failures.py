@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import paged_kv
 from paged_kv.course.checks import causes
@@ -158,7 +158,7 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
             finally:
                 _label.reset(token)
 
-        return run  # type: ignore[return-value]
+        return cast(F, run)
 
     return wrap
 
@@ -212,7 +212,7 @@ def stubs_as_not_done(check: F) -> F:
         except NotImplementedError as exc:
             raise learner_error(exc, "This exercise") from None
 
-    return run  # type: ignore[return-value]
+    return cast(F, run)
 
 
 def _blames_the_learner(exc: BaseException) -> bool:
