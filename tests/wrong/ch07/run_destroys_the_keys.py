@@ -1,14 +1,6 @@
 # expect: mutates_argument
 # check: check_longest_run(wrong)
 def wrong(keys, tiers):
-    sources = []
-    while keys:
-        for tier in tiers:
-            n = tier.count_leading(keys)
-            if n:
-                sources += [tier] * n
-                del keys[:n]
-                break
-        else:
-            break
+    sources = my_longest_run(keys, tiers)
+    del keys[: len(sources)]  # the keys it has found a tier for, "consumed"
     return sources
