@@ -59,17 +59,17 @@ def _scene(code: str, cls: type[Scheduler]) -> dict[str, Any]:
     return names
 
 
-# what a scheduler's call may change, as expressions on the scenario's names
+# what a scheduler's call may change, read on both scenes (manager.calls: its add and free calls)
 _SEEN = [
     "[(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]",
     "list(plan.preempted)",
     "[r.request_id for r in scheduler.waiting]",
-    "all(any(r is g for g in requests) for r in scheduler.waiting)  # the objects it was given",
+    "all(any(r is g for g in requests) for r in scheduler.waiting)",
     "[r.request_id for r in scheduler.running]",
     "[(r.status.value, r.output, r.num_cached_tokens, r.num_preemptions) for r in requests]",
     "[r.request_id for r in requests if r.request_id in manager]",
     "manager.pool.num_in_use",
-    "manager.calls  # the add_sequence and free_sequence calls it made",
+    "manager.calls",
 ]
 
 

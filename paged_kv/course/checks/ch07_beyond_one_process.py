@@ -146,9 +146,8 @@ def _outcome(decode: Callable[..., Any], blob: Blob) -> tuple[str, Any]:
     """("returned", what decode returned), ("refused", its CorruptBlock) or ("raised", any
     other error)."""
     try:
-        return "returned", decode(
-            blob.blob, fingerprint=blob.fingerprint, block_hash=blob.block_hash
-        )
+        keys = {"fingerprint": blob.fingerprint, "block_hash": blob.block_hash}
+        return "returned", decode(blob.blob, **keys)
     except CorruptBlock as refusal:
         return "refused", refusal
     except NotImplementedError:
@@ -228,7 +227,8 @@ def _decode_difference(
     reason = f"CorruptBlock(reason={theirs.reason!r})"
     if kind == "returned":
         fields = {"want": reason, "why": "it is refused", "got": short_repr(mine)}
-        return causes.MISSING_REFUSAL, f"Raise {reason[:-1]})".replace("(", "(message, ", 1), fields
+        hint = f"Raise CorruptBlock(message, reason={theirs.reason!r})"
+        return causes.MISSING_REFUSAL, hint, fields
     if kind == "refused" and mine.reason == theirs.reason:
         return None
     fields = {"want": reason, "why": "the first check that fails names it", "error": _said(mine)}
