@@ -1,7 +1,0 @@
-# expect: wrong_state
-# check: check_serves_like_dense(Wrong)
-class Wrong(AdmittingScheduler, RecomputingScheduler):
-    def admit_waiting(self, plan):
-        super().admit_waiting(plan)
-        plan.chunks = [ScheduledChunk(c.request, c.start, c.num_tokens - 1, True)
-                       if c.admitted and c.num_tokens > 1 else c for c in plan.chunks]  # fmt: skip

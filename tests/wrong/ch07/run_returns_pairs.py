@@ -1,4 +1,0 @@
-# expect: wrong_result
-# check: check_longest_run(wrong)
-def wrong(keys, tiers):
-    return [(tier, 1) for tier in my_longest_run(keys, tiers)]
