@@ -1,66 +1,23 @@
-"""The exercise checks fail on wrong code, with messages a learner can act on."""
+"""The checks of the library's own block-table and prefix-caching functions (chapters 02 and
+04 name them), and the harness every exercise check stands on: shrunk replays, watched
+arguments, the time cap, counted work. The exercises' wrong answers are data, in
+tests/wrong/ (see test_wrong_answers.py)."""
+
+import time
 
 import pytest
 
-from paged_kv import BlockPool, OutOfBlocks
 from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.course import checks
-from paged_kv.serving.scheduler import RequestStatus, ScheduledChunk, Scheduler
+from paged_kv.course.checks import causes, failures
+from paged_kv.course.checks.cost import Meter, count_lines_executed, counting
+from paged_kv.course.checks.harness import Trial, search
 
 
-class LeakyPool(BlockPool):
-    """Takes blocks before checking there are enough: a failed allocate leaks."""
-
-    def allocate(self, n=1):
-        got = [self._free.take() for _ in range(min(n, self.num_free))]
-        for b in got:
-            self._ref[b] = 1
-        if len(got) < n:
-            raise OutOfBlocks("short", requested=n, available=len(got))
-        return got
-
-
-class ForgetfulPool(BlockPool):
-    """Releases without checking ref counts: double frees go through."""
-
-    def release(self, block_ids):
-        for b in block_ids:
-            if self._ref[b]:
-                self._ref[b] -= 1
-                if not self._ref[b]:
-                    self._free.put(b)
-
-
-class LazyPagesPool(BlockPool):
-    """Reports every page as free."""
-
-    def free_pages(self):
-        return list(range(self.num_pages))
-
-
-class StubPool(BlockPool):
-    def allocate(self, n=1):
-        raise NotImplementedError("exercise 1")
-
-
-def test_a_leaky_allocate_is_caught():
-    with pytest.raises(checks.CheckFailed, match="must change nothing"):
-        checks.check_allocate(LeakyPool)
-
-
-def test_a_double_free_is_caught():
-    with pytest.raises(checks.CheckFailed, match="twice"):
-        checks.check_release(ForgetfulPool)
-
-
-def test_wrong_free_pages_are_caught():
-    with pytest.raises(checks.CheckFailed, match="free_pages"):
-        checks.check_free_pages(LazyPagesPool)
-
-
-def test_a_stub_surfaces_as_not_implemented():
-    with pytest.raises(NotImplementedError):
-        checks.check_allocate(StubPool)
+def test_the_library_passes_its_own_function_checks():
+    checks.check_blocks_needed(blocks_needed)
+    checks.check_slot_mapping(slot_mapping)
+    checks.check_grow_block_table(grow_block_table)
 
 
 def test_off_by_one_blocks_needed_is_caught():
@@ -95,86 +52,6 @@ def test_grow_that_always_allocates_is_caught():
 
     with pytest.raises(checks.CheckFailed):
         checks.check_grow_block_table(wrong)
-
-
-def test_line_counter_counts_loop_iterations():
-    def loop(n):
-        total = 0
-        for i in range(n):
-            total += i
-        return total
-
-    assert checks.count_lines_executed(lambda: loop(100)) > 10 * checks.count_lines_executed(
-        lambda: loop(5)
-    )
-
-
-def test_library_passes_every_check():
-    checks.check_allocate(BlockPool)
-    checks.check_release(BlockPool)
-    checks.check_free_pages(BlockPool)
-    checks.check_constant_time_allocate(BlockPool)
-    checks.check_blocks_needed(blocks_needed)
-    checks.check_slot_mapping(slot_mapping)
-    checks.check_grow_block_table(grow_block_table)
-
-
-# -- chapter 03 ------------------------------------------------------------------------------
-
-
-def test_library_policies_pass_the_eviction_checks():
-    from paged_kv.cache.eviction import FIFO, LFU, LRU, AgingLFU
-
-    checks.check_lfu(LFU)
-    checks.check_aging(AgingLFU)
-    for policy in (LRU, FIFO, LFU, AgingLFU):
-        checks.check_policy_contract(policy)
-
-
-def test_the_seed_heap_lfu_fails_the_size_bound():
-    from paged_kv.course.naive import HeapLFU
-
-    with pytest.raises(checks.CheckFailed, match="garbage is piling up"):
-        checks.check_lfu(HeapLFU)
-
-
-def test_lfu_with_the_wrong_tie_break_is_caught():
-    from paged_kv.cache.eviction import LFU
-
-    class MostRecentFirst(LFU):
-        def evict(self):
-            lowest = (self._nonempty & -self._nonempty).bit_length() - 1
-            block = next(reversed(self._buckets[lowest]))
-            self.forget(block)
-            return block
-
-    with pytest.raises(checks.CheckFailed, match="least recently touched"):
-        checks.check_lfu(MostRecentFirst)
-
-
-def test_plain_lfu_is_not_aging():
-    from paged_kv.cache.eviction import LFU
-
-    class NotAging(LFU):
-        def __init__(self, window=4096):
-            super().__init__()
-
-    with pytest.raises(checks.CheckFailed, match="window=2"):
-        checks.check_aging(NotAging)
-
-
-def test_a_policy_that_evicts_blocks_in_use_breaks_the_contract():
-    from paged_kv.cache.eviction import LRU
-
-    class Reckless(LRU):
-        def revive(self, block_id):
-            pass  # keeps revived blocks as candidates
-
-    with pytest.raises(checks.CheckFailed):
-        checks.check_policy_contract(Reckless)
-
-
-# -- chapter 04 ------------------------------------------------------------------------------
 
 
 def library_share_cached_prefix(pool, cache, hashes, num_prompt_tokens):
@@ -228,68 +105,68 @@ def test_a_copy_that_forgets_the_old_reference_is_caught():
         checks.check_copy_on_write(leaky)
 
 
-def test_the_library_scheduler_passes_the_engine_checks():
-    checks.check_admission(Scheduler)
-    checks.check_preemption(Scheduler)
+def test_a_failing_trial_is_shrunk_to_the_lines_that_still_fail():
+    def play(ops, trial):
+        for x in ops:
+            trial.run(f"f({x})", lambda x=x: x)
+            trial.expect(f"f({x})", x, 0 if x == 7 else x)
+
+    with pytest.raises(checks.CheckFailed) as failure:
+        search(
+            play,
+            lambda rng: [rng.randrange(10) for _ in range(40)],
+            trials=5,
+            seed=0,
+            what="t",
+            keep=0,
+        )
+    assert failure.value.cause == causes.WRONG_STATE
+    replay = [line for line in str(failure.value).splitlines() if line.startswith("    ")]
+    assert replay == ["    f(7)  # returned 7"]
 
 
-class _PricesHitsAsComputed(Scheduler):
-    """The library's admission, but blind to prefix hits: every prompt costs all its tokens."""
-
-    def admit_waiting(self, plan):
-        self.manager.num_prefix_hit_tokens = lambda tokens, **keys: 0  # shadows the method
-        try:
-            super().admit_waiting(plan)
-        finally:
-            del self.manager.num_prefix_hit_tokens
-
-
-class _RequeuesAtTheBack(Scheduler):
-    def preempt(self, request, plan, reason):
-        super().preempt(request, plan, reason)
-        self.waiting.remove(request)
-        self.waiting.append(request)
+def test_a_list_kept_and_changed_later_is_seen():
+    kept = []
+    trial = Trial()
+    handed = trial.hand([1, 2])
+    trial.run("keep(ids)", kept.append, handed)
+    with pytest.raises(Exception) as failure:
+        trial.run("later()", lambda: kept[0].append(3))
+    assert failure.value.cause == causes.MUTATES_ARGUMENT
+    assert "after the later `later()`" in failure.value.message
 
 
-def test_admission_that_ignores_prefix_hits_is_caught():
-    with pytest.raises(checks.CheckFailed, match="prefix hits"):
-        checks.check_admission(_PricesHitsAsComputed)
+def test_a_check_past_its_cap_is_too_slow_and_names_its_stage(monkeypatch):
+    monkeypatch.setattr(failures, "CAP_SECONDS", 0.2)
+
+    @failures.exercise(9, "slow")
+    def check() -> None:
+        with failures.stage("a 1,000-block pool"):
+            time.sleep(5)
+
+    with pytest.raises(checks.CheckFailed, match="a 1,000-block pool") as failure:
+        check()
+    assert failure.value.cause == causes.TOO_SLOW
 
 
-def test_preemption_that_requeues_at_the_back_is_caught():
-    with pytest.raises(checks.CheckFailed, match="appendleft"):
-        checks.check_preemption(_RequeuesAtTheBack)
+def test_work_done_in_c_is_counted():
+    meter = Meter()
+    ids = counting(list(range(1000)), meter, "ids")
+    min(ids)
+    ids.remove(500)
+    assert meter.touched["ids", "iteration"] == 1000 and meter.touched["ids", ".remove()"] == 1000
 
 
-def test_serving_with_an_admission_that_skips_the_prefill_is_caught():
-    class SkipsPrefill(Scheduler):
-        def admit_waiting(self, plan):
-            super().admit_waiting(plan)
-            plan.chunks = [
-                ScheduledChunk(c.request, c.request.num_tokens - 1, 1, c.admitted)
-                for c in plan.chunks
-            ]
+def test_line_counter_counts_loop_iterations():
+    def loop(n):
+        total = 0
+        for i in range(n):
+            total += i
+        return total
 
-    checks.check_serves_like_dense(Scheduler)
-    with pytest.raises(checks.CheckFailed, match="cache-free greedy"):
-        checks.check_serves_like_dense(SkipsPrefill)
+    assert count_lines_executed(lambda: loop(100)) > 10 * count_lines_executed(lambda: loop(5))
 
 
-def test_admission_that_lets_out_of_blocks_escape_is_caught():
-    class Uncaught(Scheduler):
-        def admit_waiting(self, plan):
-            while self.waiting and len(self.running) < self.max_running:
-                request = self.waiting[0]
-                tokens = request.admission_sequence()
-                cost = len(tokens) - self.manager.num_prefix_hit_tokens(tokens)
-                if cost > plan.budget_left and plan.chunks:
-                    return
-                self.manager.add_sequence(request.request_id, tokens)
-                self.waiting.popleft()
-                request.status = RequestStatus.RUNNING
-                self.running.append(request)
-                hits = request.num_cached_tokens
-                plan.chunks.append(ScheduledChunk(request, hits, len(tokens) - hits, True))
-
-    with pytest.raises(checks.CheckFailed, match="OutOfBlocks escape"):
-        checks.check_admission(Uncaught)
+def test_every_cause_has_a_template():
+    keys = [v for k, v in vars(causes).items() if k[0].isupper() and isinstance(v, str)]
+    assert set(keys) <= set(causes.TEMPLATES)

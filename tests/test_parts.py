@@ -75,3 +75,20 @@ def test_missing_and_broken_parts_say_so(tmp_path, monkeypatch):
     assert found["eviction"][0] is None and "fails to load" in found["eviction"][1]
     with pytest.raises(InvalidArgument, match="unknown part"):
         parts.save(scheduler=object)
+
+
+def a_stub(token_ids, block_size, salt=None):
+    raise NotImplementedError("chained_hashes: replace this line with your code")
+
+
+def a_hash(token_ids, block_size, salt=None):
+    return []
+
+
+def test_saving_a_stub_warns(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PAGED_KV_PARTS", str(tmp_path))
+    saved = parts.save(block_hasher=a_stub)
+    assert [p.name for p in saved] == ["block_hasher.py"]  # still the paths, in a list
+    assert "`a_stub` still has a stub" in capsys.readouterr().out
+    parts.save(block_hasher=a_hash)
+    assert "still has a stub" not in capsys.readouterr().out

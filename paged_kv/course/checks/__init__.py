@@ -1,11 +1,12 @@
 """Exercise checks, one module per chapter: the library's own scenarios, run against the
 learner's code.
 
-Each `check_*` runs fixed scenarios, then random operations compared with a reference, and
-raises `CheckFailed` with a message that says what was expected and what happened, with the
-operations that replay it; a stub still in place raises `ExerciseNotDone`. In Jupyter both
-print only their message (no traceback into the checks). The test suite runs the same checks
-on the library, so both meet one standard.
+Each `check_*` is a declaration on the one harness (`harness`): the learner's object and the
+library's reference driven through the same random operations, compared after each; a
+difference raises `CheckFailed` naming one cause (`causes`), with the shrunk lines that
+replay it; a stub still in place raises `ExerciseNotDone`. In Jupyter both print only their
+message (no traceback into the checks). The test suite runs the same checks on the library,
+so both meet one standard.
 """
 
 from paged_kv.course.checks.ch01_block_pool import (
@@ -54,9 +55,13 @@ from paged_kv.course.checks.cost import count_lines_executed
 from paged_kv.course.checks.failures import CheckFailed, ExerciseNotDone, stubs_as_not_done
 
 # Every check reports a stub as "not done yet", in one line (the labelled ones do already).
-for _name in [n for n in globals() if n.startswith("check_")]:
-    globals()[_name] = stubs_as_not_done(globals()[_name])
-del _name
+globals().update(
+    {
+        name: stubs_as_not_done(check)
+        for name, check in list(globals().items())
+        if name.startswith("check_")
+    }
+)
 
 __all__ = [
     "CheckFailed",

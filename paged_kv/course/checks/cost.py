@@ -1,4 +1,4 @@
-"""Measuring how an operation's work grows with the size of a structure, machine-independently.
+"""How an operation's work grows with the size of a structure, machine-independently.
 
 Three meters, each blind where the others see:
 
@@ -6,10 +6,12 @@ Three meters, each blind where the others see:
 - `instrument`: the containers an object holds are swapped for counting twins, which count
   every entry a call touches, including work done in C: `min()`, `sorted()`, `x in list`,
   `list.remove`, `list.pop(0)`, `list.index`, iterating a dict...;
-- `time_ratio`: the seconds one batch of operations takes at two sizes, the fastest of
-  several interleaved rounds, confirmed twice before it is believed. It catches what the
-  other two cannot see (a scan over a `range` or a bytearray), with a wide margin, so that a
-  noisy machine does not fail a correct solution.
+- `grows_in_time`: the seconds one batch of operations takes at two sizes, the fastest of
+  several interleaved rounds, confirmed twice: for what the other two cannot see (a scan over a
+  `range` or a bytearray), with a wide margin, so that a noisy machine does not fail a correct
+  solution.
+
+`constant_work` puts the first two together: the work of one action at two sizes.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ import gc
 import sys
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any
 
-_CHECKS = str(Path(__file__).resolve().parent)  # paged_kv/course/checks
+from paged_kv.course.checks import causes
+from paged_kv.course.checks.failures import CheckFailed, stage
+
+_HERE = __file__
+_CHECKS = str(__file__).rsplit("/", 1)[0]  # paged_kv/course/checks
 
 
 def count_lines_executed(fn: Callable[[], Any]) -> int:
@@ -39,10 +45,10 @@ def count_lines_by_function(fn: Callable[[], Any]) -> tuple[int, Counter[str]]:
     total = 0
     mine: Counter[str] = Counter()
 
-    def tracer(frame, event, arg):
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
         nonlocal total
         name = frame.f_code.co_filename
-        if name == __file__:
+        if name == _HERE:
             return None
         if event == "line":
             total += 1
@@ -64,11 +70,9 @@ class Meter:
 
     def __init__(self) -> None:
         self.touched: Counter[tuple[str, str]] = Counter()
-        self.on = True
 
     def add(self, name: str, op: str, n: int) -> None:
-        if self.on:
-            self.touched[name, op] += n
+        self.touched[name, op] += n
 
     @property
     def total(self) -> int:
@@ -77,261 +81,175 @@ class Meter:
     def reset(self) -> None:
         self.touched.clear()
 
-    def worst(self) -> tuple[str, str]:
-        return self.touched.most_common(1)[0][0] if self.touched else ("?", "?")
+
+def describe_touches(meter: Meter) -> str:
+    """The container operation that did most of the work, in words."""
+    (container, op), touched = meter.touched.most_common(1)[0]
+    return f"{op} on `{container}` ({touched:,} entries)"
 
 
-def _counted_iter(container: Any, meter: Meter, name: str, base_iter: Callable[[], Any]):
-    for item in base_iter():
-        meter.add(name, "iteration", 1)
-        yield item
+class _Counted:
+    """A container twin's bookkeeping: where its touches go."""
 
-
-class _View:
-    """keys() / values() / items() whose iteration is counted."""
-
-    def __init__(self, view: Any, meter: Meter, name: str) -> None:
-        self._view, self._meter, self._name = view, meter, name
-
-    def __iter__(self):
-        for item in self._view:
-            self._meter.add(self._name, "iteration", 1)
-            yield item
-
-    def __len__(self) -> int:
-        return len(self._view)
-
-    def __contains__(self, item: object) -> bool:
-        self._meter.add(self._name, "`in`", 1)
-        return item in self._view
-
-    def __reversed__(self):
-        for item in reversed(self._view):
-            self._meter.add(self._name, "iteration", 1)
-            yield item
-
-
-class CountingList(list):
     _meter: Meter
     _name: str
 
-    def __iter__(self):
-        return _counted_iter(self, self._meter, self._name, super().__iter__)
+    def _add(self, op: str, n: int) -> None:
+        self._meter.add(self._name, op, n)
 
-    def __reversed__(self):
-        return _counted_iter(self, self._meter, self._name, super().__reversed__)
+    def _each(self, items: Iterable[Any], op: str = "iteration") -> Iterator[Any]:
+        for item in items:
+            self._add(op, 1)
+            yield item
 
-    def __contains__(self, item: object) -> bool:
-        for i, x in enumerate(list.__iter__(self)):
+
+def _whole(base: type, method: str, op: str) -> Callable[..., Any]:
+    """`base.method`, counted as touching every entry."""
+    plain = getattr(base, method)
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._add(op, len(self))
+        return plain(self, *args, **kwargs)
+
+    return counted
+
+
+def _copy(base: type, entries: Callable[[Any], Iterable[Any]]) -> Callable[[Any], Any]:
+    """`copy()`, counted as touching every entry, returning a plain `base`."""
+
+    def copy(self: Any) -> Any:
+        self._add(".copy()", len(self))
+        return base(entries(self))
+
+    return copy
+
+
+def _sequence(base: type) -> type:
+    """A counting twin of `list` or `deque`."""
+
+    def position(self: Any, index: int) -> int:
+        n = len(self)
+        return max(0, min(n, index if index >= 0 else n + index))
+
+    def iter_(self: Any) -> Iterator[Any]:
+        return self._each(base.__iter__(self))
+
+    def reversed_(self: Any) -> Iterator[Any]:
+        return self._each(base.__reversed__(self))
+
+    def contains(self: Any, item: object) -> bool:
+        for i, x in enumerate(base.__iter__(self)):
             if x is item or x == item:
-                self._meter.add(self._name, "`in`", i + 1)
+                self._add("`in`", i + 1)
                 return True
-        self._meter.add(self._name, "`in`", len(self))
+        self._add("`in`", len(self))
         return False
 
-    def index(self, item: Any, *args: Any) -> int:
-        i = super().index(item, *args)
-        self._meter.add(self._name, ".index()", i + 1)
+    def index(self: Any, item: Any, *args: Any) -> int:
+        i = base.index(self, item, *args)
+        self._add(".index()", i + 1)
         return i
 
-    def count(self, item: Any) -> int:
-        self._meter.add(self._name, ".count()", len(self))
-        return super().count(item)
+    def pop(self: Any, index: int = -1) -> Any:
+        at = position(self, index)
+        self._add(".pop(i)" if at < len(self) - 1 else ".pop()", len(self) - at)
+        return base.pop(self, index) if base is list else base.pop(self)
 
-    def remove(self, item: Any) -> None:
-        self._meter.add(self._name, ".remove()", len(self))
-        super().remove(item)
+    def insert(self: Any, index: int, item: Any) -> None:
+        self._add(".insert()", len(self) - position(self, index) + 1)
+        base.insert(self, index, item)
 
-    def pop(self, index: int = -1) -> Any:
-        n = len(self)
-        position = index if index >= 0 else n + index
-        self._meter.add(self._name, ".pop(i)" if position < n - 1 else ".pop()", n - position)
-        return super().pop(index)
-
-    def insert(self, index: int, item: Any) -> None:
-        n = len(self)
-        position = max(0, min(n, index if index >= 0 else n + index))
-        self._meter.add(self._name, ".insert()", n - position + 1)
-        super().insert(index, item)
-
-    def __getitem__(self, key: Any) -> Any:
+    def getitem(self: Any, key: Any) -> Any:
         if isinstance(key, slice):
-            self._meter.add(self._name, "slicing", len(range(*key.indices(len(self)))))
+            self._add("slicing", len(range(*key.indices(len(self)))))
         else:
-            self._meter.add(self._name, "indexing", 1)
-        return super().__getitem__(key)
+            at = position(self, key)
+            self._add("indexing", 1 if base is list else min(at, len(self) - at) + 1)
+        return base.__getitem__(self, key)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._meter.add(self._name, "slicing" if isinstance(key, slice) else "indexing", 1)
-        super().__setitem__(key, value)
+    def delitem(self: Any, key: Any) -> None:
+        start = key.indices(len(self))[0] if isinstance(key, slice) else position(self, key)
+        self._add("del", len(self) - start)
+        base.__delitem__(self, key)
 
-    def __delitem__(self, key: Any) -> None:
-        n = len(self)
-        start = key.indices(n)[0] if isinstance(key, slice) else key if key >= 0 else n + key
-        self._meter.add(self._name, "del", n - start)
-        super().__delitem__(key)
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        self._meter.add(self._name, ".sort()", len(self))
-        super().sort(*args, **kwargs)
-
-    def copy(self) -> list:
-        self._meter.add(self._name, ".copy()", len(self))
-        return list(list.__iter__(self))
-
-    def __add__(self, other: Any) -> list:
-        self._meter.add(self._name, "+", len(self))
-        return list(list.__iter__(self)) + list(other)
-
-    def extend(self, items: Any) -> None:
+    def extend(self: Any, items: Iterable[Any]) -> None:
         items = list(items)
-        self._meter.add(self._name, ".extend()", len(items))
-        super().extend(items)
+        self._add(".extend()", len(items))
+        base.extend(self, items)
 
-
-class CountingDeque(deque):
-    _meter: Meter
-    _name: str
-
-    def __iter__(self):
-        return _counted_iter(self, self._meter, self._name, super().__iter__)
-
-    def __reversed__(self):
-        return _counted_iter(self, self._meter, self._name, super().__reversed__)
-
-    def __contains__(self, item: object) -> bool:
-        for i, x in enumerate(deque.__iter__(self)):
-            if x is item or x == item:
-                self._meter.add(self._name, "`in`", i + 1)
-                return True
-        self._meter.add(self._name, "`in`", len(self))
-        return False
-
-    def _middle(self, index: int) -> int:
-        n = len(self)
-        position = index if index >= 0 else n + index
-        return min(position, n - 1 - position) + 1
-
-    def __getitem__(self, index: int) -> Any:
-        self._meter.add(self._name, "indexing", self._middle(index))
-        return super().__getitem__(index)
-
-    def __setitem__(self, index: int, value: Any) -> None:
-        self._meter.add(self._name, "indexing", self._middle(index))
-        super().__setitem__(index, value)
-
-    def __delitem__(self, index: int) -> None:
-        self._meter.add(self._name, "del", self._middle(index))
-        super().__delitem__(index)
-
-    def index(self, item: Any, *args: Any) -> int:
-        i = super().index(item, *args)
-        self._meter.add(self._name, ".index()", i + 1)
-        return i
-
-    def count(self, item: Any) -> int:
-        self._meter.add(self._name, ".count()", len(self))
-        return super().count(item)
-
-    def remove(self, item: Any) -> None:
-        self._meter.add(self._name, ".remove()", len(self))
-        super().remove(item)
-
-    def insert(self, index: int, item: Any) -> None:
-        self._meter.add(self._name, ".insert()", self._middle(min(index, len(self) - 1)))
-        super().insert(index, item)
-
-    def rotate(self, n: int = 1) -> None:
-        self._meter.add(self._name, ".rotate()", abs(n))
-        super().rotate(n)
-
-    def copy(self) -> deque:
-        self._meter.add(self._name, ".copy()", len(self))
-        return deque(deque.__iter__(self))
-
-
-class _CountingMapping:
-    _meter: Meter
-    _name: str
-
-    def __iter__(self):
-        return _counted_iter(self, self._meter, self._name, super().__iter__)  # type: ignore[misc]
-
-    def __reversed__(self):
-        return _counted_iter(self, self._meter, self._name, super().__reversed__)  # type: ignore[misc]
-
-    def keys(self):
-        return _View(super().keys(), self._meter, self._name)  # type: ignore[misc]
-
-    def values(self):
-        return _View(super().values(), self._meter, self._name)  # type: ignore[misc]
-
-    def items(self):
-        return _View(super().items(), self._meter, self._name)  # type: ignore[misc]
-
-    def copy(self):
-        self._meter.add(self._name, ".copy()", len(self))  # type: ignore[arg-type]
-        return type(self).__mro__[2](super().items())  # type: ignore[misc]
-
-
-class CountingDict(_CountingMapping, dict):
-    pass
-
-
-class CountingOrderedDict(_CountingMapping, OrderedDict):
-    pass
-
-
-class CountingSet(set):
-    _meter: Meter
-    _name: str
-
-    def __iter__(self):
-        return _counted_iter(self, self._meter, self._name, super().__iter__)
-
-    def copy(self) -> set:
-        self._meter.add(self._name, ".copy()", len(self))
-        return set(set.__iter__(self))
-
-    def _whole(self, op: str, other: Any = ()) -> None:
-        self._meter.add(self._name, op, len(self) + len(other))
-
-    def __sub__(self, other: Any) -> set:
-        self._whole("set difference", other)
-        return set(set.__iter__(self)) - set(other)
-
-    def __or__(self, other: Any) -> set:
-        self._whole("set union", other)
-        return set(set.__iter__(self)) | set(other)
-
-    def __and__(self, other: Any) -> set:
-        self._whole("set intersection", other)
-        return set(set.__iter__(self)) & set(other)
-
-    def difference(self, *others: Any) -> set:
-        self._whole("set difference")
-        return set(set.__iter__(self)).difference(*others)
-
-    def union(self, *others: Any) -> set:
-        self._whole("set union")
-        return set(set.__iter__(self)).union(*others)
-
-
-def _twin(value: Any, meter: Meter, name: str) -> Any:
-    """A counting copy of `value`, or None if it is not a container we count."""
-    kind = type(value)
-    if kind is list:
-        twin = CountingList(value)
-    elif kind is deque:
-        twin = CountingDeque(value, value.maxlen)
-    elif kind is OrderedDict:
-        twin = CountingOrderedDict(value)
-    elif kind is dict:
-        twin = CountingDict(value)
-    elif kind is set:
-        twin = CountingSet(value)
+    methods: dict[str, Any] = {
+        "__iter__": iter_,
+        "__reversed__": reversed_,
+        "__contains__": contains,
+        "index": index,
+        "pop": pop,
+        "insert": insert,
+        "__getitem__": getitem,
+        "__delitem__": delitem,
+        "extend": extend,
+        "count": _whole(base, "count", ".count()"),
+        "remove": _whole(base, "remove", ".remove()"),
+        "copy": _copy(base, base.__iter__),
+        "__add__": _whole(base, "__add__", "+"),
+    }
+    if base is list:
+        methods["sort"] = _whole(base, "sort", ".sort()")
     else:
+
+        def rotate(self: Any, n: int = 1) -> None:
+            self._add(".rotate()", abs(n))
+            base.rotate(self, n)
+
+        methods["rotate"] = rotate
+    return type(f"Counting{base.__name__.title()}", (_Counted, base), methods)
+
+
+def _mapping(base: type) -> type:
+    """A counting twin of `dict`, `OrderedDict` or `set`."""
+
+    class View:
+        def __init__(self, view: Any, owner: Any) -> None:
+            self._view, self._owner = view, owner
+
+        def __iter__(self) -> Iterator[Any]:
+            return self._owner._each(self._view)
+
+        def __reversed__(self) -> Iterator[Any]:
+            return self._owner._each(reversed(self._view))
+
+        def __len__(self) -> int:
+            return len(self._view)
+
+        def __contains__(self, item: object) -> bool:
+            self._owner._add("`in`", 1)
+            return item in self._view
+
+    methods: dict[str, Any] = {
+        "__iter__": lambda self: self._each(base.__iter__(self)),
+        "copy": _copy(base, base.__iter__ if base is set else base.items),
+    }
+    if base is set:
+        for name in ("__sub__", "__or__", "__and__", "difference", "union"):
+            methods[name] = _whole(base, name, "a set operation")
+    else:
+        plain: Any = base  # dict or OrderedDict here
+        methods["__reversed__"] = lambda self: self._each(plain.__reversed__(self))
+        for view in ("keys", "values", "items"):
+            methods[view] = lambda self, v=view: View(getattr(base, v)(self), self)
+    return type(f"Counting{base.__name__}", (_Counted, base), methods)
+
+
+_TWINS: dict[type, type] = {kind: _sequence(kind) for kind in (list, deque)}
+_TWINS.update({kind: _mapping(kind) for kind in (dict, OrderedDict, set)})
+
+
+def counting(value: Any, meter: Meter, name: str) -> Any:
+    """A counting copy of `value` reporting to `meter`, or None if it is not a container we
+    count."""
+    twin_type = _TWINS.get(type(value))
+    if twin_type is None:
         return None
+    twin = twin_type(value, value.maxlen) if type(value) is deque else twin_type(value)
     twin._meter, twin._name = meter, name
     return twin
 
@@ -344,51 +262,106 @@ def instrument(obj: Any, meter: Meter, name: str = "self", depth: int = 2) -> No
         return
     for key, value in list(attributes.items()):
         label = f"{name}.{key}"
-        twin = _twin(value, meter, label)
+        if isinstance(value, _Counted):  # instrumented before: report to `meter` now
+            value._meter = meter
+            for item in (
+                list.__iter__(value) if isinstance(value, list) and len(value) <= 4096 else ()
+            ):
+                if isinstance(item, _Counted):
+                    item._meter = meter
+            continue
+        twin = counting(value, meter, label)
         if twin is None:
             if hasattr(value, "__dict__") and not (isinstance(value, type) or callable(value)):
                 instrument(value, meter, label, depth - 1)
             continue
         if isinstance(twin, list) and len(twin) <= 4096:  # e.g. a list of buckets
             for i, item in enumerate(list.__iter__(twin)):
-                inner = _twin(item, meter, f"{label}[...]")
+                inner = counting(item, meter, f"{label}[...]")
                 if inner is not None:
                     list.__setitem__(twin, i, inner)
         with contextlib.suppress(AttributeError, TypeError):
             setattr(obj, key, twin)
 
 
-def describe_touches(meter: Meter, calls: int) -> str:
-    """The container operation that did most of the work, in words."""
-    (container, op), touched = meter.touched.most_common(1)[0]
-    return f"{op} on `{container}` ({touched // max(calls, 1):,} entries per call)"
+def work_of(obj: Any, action: Callable[[], Any]) -> tuple[int, Meter, Counter[str]]:
+    """The work of `action()` on an instrumented `obj`: lines plus entries, the meter, and the
+    lines by function."""
+    meter = Meter()
+    instrument(obj, meter)
+    lines, by_function = count_lines_by_function(action)
+    return lines + meter.total, meter, by_function
+
+
+def constant_work(
+    build: Callable[[int], tuple[Any, Any]],
+    action: Callable[[Any, Any], Any],
+    sizes: tuple[int, int],
+    *,
+    what: str,
+    unit: str,
+    hint: str,
+    slack: int = 50,
+) -> None:
+    """`action(obj, context)` on `build(size) -> (obj, context)` must cost about as much at the
+    large size as at the small one (twice plus `slack`), counting the work in `obj`'s
+    containers; otherwise `work_grows`, naming the container or function at fault."""
+    costs: list[tuple[int, Meter, Counter[str]]] = []
+    for size in sizes:
+        with stage(f"{what} with {size:,} {unit}"):
+            obj, context = build(size)
+            costs.append(work_of(obj, lambda o=obj, c=context: action(o, c)))
+    (small, _, small_lines), (large, meter, large_lines) = costs
+    if large > 2 * small + slack:
+        message = grew(what, small, large, sizes, unit, meter, small_lines, large_lines, hint)
+        raise CheckFailed(message, causes.WORK_GROWS)
+
+
+def grew(
+    what: str,
+    small: int,
+    large: int,
+    sizes: tuple[int, int],
+    unit: str,
+    meter: Meter,
+    small_lines: Counter[str],
+    large_lines: Counter[str],
+    hint: str,
+) -> str:
+    """The `work_grows` message: where the extra work went (a container or a function)."""
+    lines = sum(large_lines.values())
+    if meter.total > lines:
+        where = f", mostly by {describe_touches(meter)}"
+    else:
+        growth = {f: large_lines[f] - small_lines.get(f, 0) for f in large_lines}
+        top = max(growth, key=lambda f: growth[f], default="")
+        where = f", mostly in `{top.split('.<genexpr>')[0]}`" if top and growth[top] > 0 else ""
+    return causes.say(
+        causes.WORK_GROWS,
+        hint,
+        what=what,
+        small=small,
+        large=large,
+        small_size=f"{sizes[0]:,} {unit}",
+        large_size=f"{sizes[1]:,} {unit}",
+        where=where,
+    )
 
 
 def time_ratio(
-    make: Callable[[int], Any],
-    work: Callable[[Any], None],
-    sizes: tuple[int, int],
-    *,
-    rounds: int = 5,
-    fresh: bool = True,
+    make: Callable[[int], Any], work: Callable[[Any], None], sizes: tuple[int, int], rounds: int = 3
 ) -> float:
-    """Fastest time of `work(obj)` on an object of the large size over the small one.
-
-    `make(size)` builds an object; the sizes take turns, each round on fresh objects unless
-    `fresh` is False (for work that leaves the object as it found it), and the garbage
-    collector is paused while timing."""
-    small, large = (make(size) for size in sizes)
+    """Fastest time of `work(obj)` on fresh objects of the large size over the small one, the
+    sizes taking turns, the garbage collector paused while timing."""
     best = [float("inf"), float("inf")]
     enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(rounds):
-            for i, obj in enumerate((small, large)):
+            for i, obj in enumerate([make(size) for size in sizes]):
                 start = time.perf_counter()
                 work(obj)
                 best[i] = min(best[i], time.perf_counter() - start)
-            if fresh:
-                small, large = (make(size) for size in sizes)
     finally:
         if enabled:
             gc.enable()
@@ -399,13 +372,11 @@ def grows_in_time(
     make: Callable[[int], Any],
     work: Callable[[Any], None],
     sizes: tuple[int, int],
-    *,
     factor: float = 25.0,
-    fresh: bool = True,
 ) -> float | None:
     """The time ratio if it exceeds `factor` in two separate measurements, else None."""
-    first = time_ratio(make, work, sizes, fresh=fresh)
+    first = time_ratio(make, work, sizes)
     if first <= factor:
         return None
-    second = time_ratio(make, work, sizes, fresh=fresh)
+    second = time_ratio(make, work, sizes)
     return min(first, second) if second > factor else None

@@ -5,24 +5,31 @@ wrong, raises, or is not written yet.
   their message in Jupyter: `_render_traceback_` replaces the traceback, so no line of the
   checks (some of which are answers) and none of the library's internals is shown. The cell
   still errors, so nbval and the grader see the failure.
-- `@exercise(number, title)` labels a check; anything the learner's code raises inside it
-  becomes "exercise N not done yet" (NotImplementedError) or "your code raised X at line L
-  of your cell, in the step that was running" (anything else).
+- Every `CheckFailed` names one cause key from `causes` (tests match the key, not the prose).
+- `@exercise(number, title)` labels a check, caps its time (`CAP_SECONDS`: a slow answer fails
+  naming the `stage` it was in) and turns what the learner's code raises inside it into
+  "exercise N not done yet" (NotImplementedError) or "your code raised X at line L of your
+  cell, in the step that was running" (anything else).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
 import os
+import signal
 import sysconfig
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from types import FrameType
+from typing import Any, TypeVar, cast
 
 import paged_kv
+from paged_kv.course.checks import causes
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,10 +43,17 @@ _LIBRARY_DIRS = tuple(
     }
 )
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
+_stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
+CAP_SECONDS = 10.0  # the most one check may take, on any answer
 
 
 class CheckFailed(AssertionError):
-    """The learner's code did something the chapter's rules forbid; the message says what."""
+    """The learner's code did something the chapter's rules forbid; the message says what,
+    `cause` (a key of `causes.TEMPLATES`) names why."""
+
+    def __init__(self, message: str, cause: str = causes.UNNAMED) -> None:
+        super().__init__(message)
+        self.cause = cause
 
     def _render_traceback_(self) -> list[str]:  # IPython prints this instead of a traceback
         return _render("CheckFailed", str(self))
@@ -60,9 +74,9 @@ def _render(name: str, message: str) -> list[str]:
 # -- verdicts ------------------------------------------------------------------------------
 
 
-def expect(condition: bool, message: str) -> None:
+def expect(condition: bool, message: str, cause: str = causes.UNNAMED) -> None:
     if not condition:
-        raise CheckFailed(message)
+        raise CheckFailed(message, cause)
 
 
 def passed(what: str) -> None:
@@ -90,10 +104,12 @@ def expect_raises(
             raise
         raise CheckFailed(
             f"{what} should raise {names}, but your code raised "
-            f"{type(exc).__name__}: {exc}{where_raised(exc)}.{_hint(hint)}"
+            f"{type(exc).__name__}: {exc}{where_raised(exc)}.{_hint(hint)}",
+            causes.WRONG_ERROR,
         ) from None
     raise CheckFailed(
-        f"{what} should raise {names}, but it returned {short_repr(result)}.{_hint(hint)}"
+        f"{what} should raise {names}, but it returned {short_repr(result)}.{_hint(hint)}",
+        causes.MISSING_REFUSAL,
     )
 
 
@@ -120,11 +136,21 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
             outer = _label.get()
             token = _label.set(outer or label)
             try:
-                return check(*args, **kwargs)
-            except (CheckFailed, ExerciseNotDone) as exc:
+                if outer:
+                    return check(*args, **kwargs)
+                with _capped():
+                    return check(*args, **kwargs)
+            except CheckFailed as exc:
                 if outer:  # a nested check: the outermost one labels the message
                     raise
-                raise type(exc)(_labelled(label, str(exc))) from None
+                raise CheckFailed(_labelled(label, str(exc)), exc.cause) from None
+            except ExerciseNotDone as exc:
+                if outer:
+                    raise
+                raise ExerciseNotDone(_labelled(label, str(exc))) from None
+            except _OutOfTime as late:
+                message = causes.say(causes.TOO_SLOW, seconds=CAP_SECONDS, stage=late.args[0])
+                raise CheckFailed(f"{label}: {message}", causes.TOO_SLOW) from None
             except Exception as exc:
                 if outer or not _blames_the_learner(exc):
                     raise  # nested, or a bug in the checks themselves: show its traceback
@@ -132,9 +158,43 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
             finally:
                 _label.reset(token)
 
-        return run  # type: ignore[return-value]
+        return cast(F, run)
 
     return wrap
+
+
+class _OutOfTime(BaseException):
+    """The check ran past `CAP_SECONDS` (a BaseException: the learner's `except Exception`
+    must not swallow it)."""
+
+
+@contextlib.contextmanager
+def _capped() -> Iterator[None]:
+    """Raise `_OutOfTime` in the running code after `CAP_SECONDS` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: FrameType | None) -> None:
+        raise _OutOfTime(_stage.get())
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, CAP_SECONDS)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def stage(doing: str) -> Iterator[None]:
+    """Name what the check is doing (with the size), for a too-slow answer's message."""
+    token = _stage.set(doing)
+    try:
+        yield
+    finally:
+        _stage.reset(token)
 
 
 def stubs_as_not_done(check: F) -> F:
@@ -152,7 +212,7 @@ def stubs_as_not_done(check: F) -> F:
         except NotImplementedError as exc:
             raise learner_error(exc, "This exercise") from None
 
-    return run  # type: ignore[return-value]
+    return cast(F, run)
 
 
 def _blames_the_learner(exc: BaseException) -> bool:
@@ -178,10 +238,12 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
         text += "" if text.endswith((".", "!", "?")) else "."
         return CheckFailed(
             f"{label}: the library raised {type(exc).__name__}: {text} Your code returned "
-            f"without an error earlier, but left things in a state the library refuses.{step}"
+            f"without an error earlier, but left things in a state the library refuses.{step}",
+            causes.LIBRARY_REFUSED,
         )
     return CheckFailed(
-        f"{label}: your code raised {type(exc).__name__}: {exc}{where_raised(exc)}.{step}"
+        f"{label}: your code raised {type(exc).__name__}: {exc}{where_raised(exc)}.{step}",
+        causes.RAISED,
     )
 
 
@@ -247,7 +309,8 @@ def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             if wrong:  # the call itself failed: the learner's signature, not the library
                 raise CheckFailed(
                     f"{_label.get() or 'this check'}: {doing} failed before your code ran: "
-                    f"{wrong} ({exc}).\nThe check was running: {doing}"
+                    f"{wrong} ({exc}).\nThe check was running: {doing}",
+                    causes.BAD_SIGNATURE,
                 ) from None
         raise learner_error(exc, doing=doing) from None
 

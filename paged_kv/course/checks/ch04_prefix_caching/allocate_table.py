@@ -14,16 +14,16 @@ from typing import Any
 
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.eviction import LRU
-from paged_kv.course.checks.cost import count_lines_executed
+from paged_kv.course.checks import causes
+from paged_kv.course.checks.cost import constant_work
 from paged_kv.course.checks.failures import (
-    CheckFailed,
     call,
     exercise,
     passed,
     short_repr,
     where_raised,
 )
-from paged_kv.course.checks.replay import Failure, Replay, fixed, search
+from paged_kv.course.checks.harness import Mismatch, Trial, fail_with, fixed, search
 from paged_kv.errors import OutOfBlocks
 
 
@@ -58,7 +58,7 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
     followed by fresh ones, or raises `OutOfBlocks` having changed nothing, not even the
     eviction policy's order or counts: the fit check comes before any reference is taken."""
 
-    def run(ops: list[Any], r: Replay) -> None:
+    def run(ops: list[Any], r: Trial) -> None:
         num_blocks, allocated, kept, released, hits_at, extra = ops
         policy = RecordingLRU()
         evicted: list[int] = []
@@ -84,28 +84,23 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
         line = f"allocate_table(pool, {hits}, {want_n})"
         given = list(hits)
         if extra > available:
-            err = r.raises(OutOfBlocks, line, fn, pool, given, want_n)
+            why = (
+                f"the {revived} cached hit(s) stop being evictable once shared, so only "
+                f"{available} of the {twin.num_available} free-or-cached blocks can be had"
+                if revived
+                else f"{available} blocks are free or evictable"
+            )
+            refusal = OutOfBlocks("", requested=extra, available=available)
+            err = r.refuses(line, lambda: fn(pool, given, want_n), refusal, why=why)
             _expect_hits_kept(r, line, hits, given)
             if _pool_state(pool) != before or policy.calls or evicted:
                 changed = f"the pool's calls to its policy were {policy.calls or 'none'}" + (
                     f", blocks {evicted} were evicted" if evicted else ""
                 )
-                r.fail(
+                fail_with(
+                    causes.NOT_ALL_OR_NOTHING,
                     "not all or nothing",
                     _refusal_message(err, policy.calls, hits, extra, available, revived, changed),
-                )
-            if (err.requested, err.available) != (extra, available):
-                why = (
-                    f"the {revived} cached hit(s) stop being evictable once shared, so only "
-                    f"{available} of the {twin.num_available} free-or-cached blocks can be had"
-                    if revived
-                    else f"{available} blocks are free or evictable"
-                )
-                r.fail(
-                    "OutOfBlocks fields",
-                    f"OutOfBlocks should say requested={extra}, "
-                    f"available={available} ({why}); got requested={err.requested}, "
-                    f"available={err.available}",
                 )
             return
         if extra == available and revived and extra:
@@ -115,14 +110,17 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
             )
         try:
             table = r.run(line, fn, pool, given, want_n)
-        except Failure as failure:
+        except Mismatch as failure:
             if isinstance(failure.__cause__, OutOfBlocks):
-                r.fail("refused a fit", _fits(line, failure.__cause__, extra, available))
+                fail_with(
+                    causes.RAISED, "refused a fit", _fits(line, failure.__cause__, extra, available)
+                )
             raise
         _expect_hits_kept(r, line, hits, given)
         gone = [b for b in evicted if b in hits]
         if gone:
-            r.fail(
+            fail_with(
+                causes.WRONG_STATE,
                 "evicted a hit",
                 f"blocks {gone} were hits, but your allocation evicted "
                 "them (their content is gone, and the table would read another prompt's "
@@ -130,7 +128,8 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
             )
         table = list(table) if isinstance(table, list | tuple) else table
         if not isinstance(table, list) or table[: len(hits)] != hits or len(table) != want_n:
-            r.fail(
+            fail_with(
+                causes.WRONG_RESULT,
                 "table",
                 f"the table should be the {len(hits)} hits {hits} followed by "
                 f"{extra} fresh blocks ({want_n} in all); got {table!r}",
@@ -141,7 +140,8 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
         refs = [pool.ref_count(b) for b in table]
         want_refs = [twin.ref_count(b) for b in hits] + [1] * extra
         if refs != want_refs or len(set(fresh) | set(hits)) != want_n:
-            r.fail(
+            fail_with(
+                causes.WRONG_STATE,
                 "references",
                 f"after the add, the table's blocks should have reference "
                 f"counts {want_refs} (one more on each hit, 1 on each fresh block), but "
@@ -150,7 +150,8 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
         counts = (pool.num_free, pool.num_cached, pool.num_in_use)
         want_counts = (twin.num_free, twin.num_cached, twin.num_in_use)
         if counts != want_counts:
-            r.fail(
+            fail_with(
+                causes.WRONG_STATE,
                 "pool counts",
                 f"(free, cached, in use) blocks should be {want_counts}, they are {counts}",
             )
@@ -164,16 +165,17 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
         extra = rng.randint(0, num_blocks)
         return [num_blocks, allocated, kept, released, hits_at, extra]
 
-    fixed("Every step of the check", _allocate_table_scenario(fn), Replay())
+    fixed(_allocate_table_scenario(fn))
     search(run, make, trials=400, seed=seed, what="check_allocate_table", keep=6)
-    fixed("Every step of the check", _failing_allocate_scenario(fn), Replay())
+    fixed(_failing_allocate_scenario(fn))
     _work_grows_with_the_table(fn)
     passed("fit checked before any reference, on 400 random trials; no scan of the pool")
 
 
-def _expect_hits_kept(r: Replay, line: str, hits: list[int], given: list[int]) -> None:
+def _expect_hits_kept(r: Trial, line: str, hits: list[int], given: list[int]) -> None:
     if given != hits:
-        r.fail(
+        fail_with(
+            causes.MUTATES_ARGUMENT,
             "changed the hits",
             f"`{line}` changed the list of hits it was given (it was {hits}, it is {given} "
             "after the call): the list is the caller's, who keeps using it; build the table "
@@ -229,7 +231,7 @@ def _fits(line: str, err: BaseException, fresh: int, available: int) -> str:
     )
 
 
-def _failing_allocate_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]:
+def _failing_allocate_scenario(fn: Callable[..., Any]) -> Callable[[Trial], None]:
     """The pool's allocate fails where the fit check said it would not: the error must come
     through, not a short table (and the references taken would leak)."""
 
@@ -239,7 +241,7 @@ def _failing_allocate_scenario(fn: Callable[..., Any]) -> Callable[[Replay], Non
                 "the check made pool.allocate fail", requested=n, available=self.num_available
             )
 
-    def scenario(r: Replay) -> None:
+    def scenario(r: Trial) -> None:
         pool = FailingPool(4, 4)
         pool.keep_content(BlockPool.allocate(pool, 1))
         pool.release([0])
@@ -260,7 +262,8 @@ def _failing_allocate_scenario(fn: Callable[..., Any]) -> Callable[[Replay], Non
             return  # a whole table, without the failing allocate: nothing was hidden
         r.lines[-1] = f"{line}  # returned {short_repr(table, 80)}"
         leaked = " (block 0 keeps the one pool.share took)" if pool.ref_count(0) else ""
-        r.fail(
+        fail_with(
+            causes.MISSING_REFUSAL,
             "swallowed an error",
             f"when pool.allocate raised OutOfBlocks, `{line}` returned "
             f"{short_repr(table, 80)} instead of letting the error through: catching it hides "
@@ -276,30 +279,33 @@ _POOL_SIZES = (64, 4096)
 
 
 def _work_grows_with_the_table(fn: Callable[..., Any]) -> None:
-    """The same add (2 cached hits, 2 fresh blocks) runs as many Python lines in a 64-block
-    pool as in a 4,096-block one: nothing scans the pool."""
-    lines = []
-    for size in _POOL_SIZES:
+    """The same add (2 cached hits, 2 fresh blocks) costs as much in a 64-block pool as in a
+    4,096-block one: nothing scans the pool."""
+
+    def build(size: int) -> tuple[BlockPool, int]:
         pool = BlockPool(size, 4)
         pool.keep_content(pool.allocate(4))
         pool.release([0, 1, 2, 3])
-        doing = f"allocate_table(pool, [0, 1], 4) in a {size:,}-block pool"
-        lines.append(count_lines_executed(lambda p=pool, d=doing: call(d, fn, p, [0, 1], 4)))
-    small, large = lines
-    if large > 2 * small + 50:
-        raise CheckFailed(
-            f"allocate_table(pool, [0, 1], 4) ran {small:,} Python lines in a "
-            f"{_POOL_SIZES[0]}-block pool but {large:,} in a {_POOL_SIZES[1]:,}-block pool: it "
-            "scans the pool. Count the cached hits among the hits only (sum(1 for b in hits "
-            "if pool.ref_count(b) == 0)): the work must grow with the table, not the pool."
-        )
+        return pool, size
+
+    constant_work(
+        build,
+        lambda pool, size: call(
+            f"allocate_table(pool, [0, 1], 4), {size:,} blocks", fn, pool, [0, 1], 4
+        ),
+        _POOL_SIZES,
+        what="allocate_table(pool, [0, 1], 4)",
+        unit="blocks in the pool",
+        hint="Count the cached hits among the hits only (pool.ref_count(b) == 0 for each): the "
+        "work must grow with the table, not the pool.",
+    )
 
 
-def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]:
+def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Trial], None]:
     """A 4-block pool: one cached hit, one other cached block, two free. 4 fresh blocks do not
     fit (the hit stops being evictable once shared), 3 fit exactly."""
 
-    def scenario(r: Replay) -> None:
+    def scenario(r: Trial) -> None:
         policy = RecordingLRU()
         pool = BlockPool(4, 4, eviction=policy)
         r.note("pool = BlockPool(4, 4)")
@@ -309,31 +315,34 @@ def _allocate_table_scenario(fn: Callable[..., Any]) -> Callable[[Replay], None]
         r.note("# blocks 0 and 1 are cached, 2 and 3 free; block 0 is a hit")
         policy.calls.clear()
         given = [0]
-        err = r.raises(OutOfBlocks, "allocate_table(pool, [0], 5)", fn, pool, given, 5)
+        why = "block 1 (cached) and blocks 2-3 (free) can be had, not block 0, the hit"
+        refusal = OutOfBlocks("", requested=4, available=3)
+        err = r.refuses(
+            "allocate_table(pool, [0], 5)", lambda: fn(pool, given, 5), refusal, why=why
+        )
         _expect_hits_kept(r, "allocate_table(pool, [0], 5)", [0], given)
         if policy.calls or pool.ref_count(0) != 0 or pool.num_free != 2:
             changed = f"the pool made these calls to its policy: {policy.calls}"
-            r.fail("not all or nothing", _refusal_message(err, policy.calls, [0], 4, 3, 1, changed))
-        if (err.requested, err.available) != (4, 3):
-            r.fail(
-                "OutOfBlocks fields",
-                "4 fresh blocks are needed; block 1 (cached) and "
-                "blocks 2-3 (free) could be had, but not block 0, the hit: it stops being "
-                "evictable once shared. So OutOfBlocks(requested=4, available=3); got "
-                f"requested={err.requested}, available={err.available}",
+            fail_with(
+                causes.NOT_ALL_OR_NOTHING,
+                "not all or nothing",
+                _refusal_message(err, policy.calls, [0], 4, 3, 1, changed),
             )
         given = [0]
         try:
             table = r.run("allocate_table(pool, [0], 4)", fn, pool, given, 4)
-        except Failure as failure:
+        except Mismatch as failure:
             if isinstance(failure.__cause__, OutOfBlocks):
-                r.fail(
-                    "refused a fit", _fits("allocate_table(pool, [0], 4)", failure.__cause__, 3, 3)
+                fail_with(
+                    causes.RAISED,
+                    "refused a fit",
+                    _fits("allocate_table(pool, [0], 4)", failure.__cause__, 3, 3),
                 )
             raise
         _expect_hits_kept(r, "allocate_table(pool, [0], 4)", [0], given)
         if not isinstance(table, list | tuple) or list(table)[:1] != [0] or len(table) != 4:
-            r.fail(
+            fail_with(
+                causes.WRONG_RESULT,
                 "table",
                 f"3 fresh blocks fit exactly (2 free, 1 evictable); the table "
                 f"should be [0] followed by 3 fresh blocks, got {table!r}",

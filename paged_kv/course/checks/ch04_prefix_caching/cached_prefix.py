@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from paged_kv.cache.hashing import block_hashes
+from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import exercise, passed
-from paged_kv.course.checks.replay import Failure, Replay, search
+from paged_kv.course.checks.harness import Mismatch, Trial, fail_with, search
 
 
 class ReadOnlyIndex(Mapping):
@@ -77,7 +78,7 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
     `hashes` *from the start* that `index` (hash -> block id, read-only) holds, never
     covering the prompt's last token."""
 
-    def run(ops: list[Any], r: Replay) -> None:
+    def run(ops: list[Any], r: Trial) -> None:
         size, cached, holes, prompt = ops
         index: dict[bytes, int] = {}
         r.note("from types import MappingProxyType")
@@ -103,12 +104,13 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
         line = f"cached_prefix(index, hashes, {len(prompt)}, {size})"
         try:
             got = r.run(line, fn, counted, given, len(prompt), size)
-        except Failure:
+        except Mismatch:
             _expect_untouched(r, counted)
             raise
         _expect_untouched(r, counted)
         if given != hashes:
-            r.fail(
+            fail_with(
+                causes.MUTATES_ARGUMENT,
                 "changed the hashes",
                 f"`{line}` changed the list of hashes it was given ({len(hashes)} hashes before "
                 f"the call, {len(given)} after): the manager uses them next, to index the new "
@@ -116,13 +118,15 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
             )
         got = list(got) if isinstance(got, list | tuple) else got
         if got != want:
-            r.fail(
+            fail_with(
+                causes.WRONG_RESULT,
                 _prefix_cause(got, want, index, hashes, len(prompt), size),
                 f"the hits should be blocks {want}, got {got!r}"
                 + _prefix_cause(got, want, index, hashes, len(prompt), size, long=True),
             )
         if counted.scanned:
-            r.fail(
+            fail_with(
+                causes.WORK_GROWS,
                 "scanned the index",
                 f"`{line}` iterated over the index ({counted.scanned} entries read for "
                 f"{len(hashes)} hashes): the index holds every cached block of the server, "
@@ -130,7 +134,8 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
                 "(`h in index`, `index.get(h)`): that costs the same whatever the index holds",
             )
         if counted.lookups > 3 * (len(want) + 1):
-            r.fail(
+            fail_with(
+                causes.WORK_GROWS,
                 "looked past the first miss",
                 f"`{line}` looked up {counted.lookups} hashes to find {len(want)} hit(s): "
                 "stop at the first miss (nothing after it can be a hit) and look up none "
@@ -159,13 +164,14 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
     )
 
 
-def _expect_untouched(r: Replay, index: ReadOnlyIndex) -> None:
+def _expect_untouched(r: Trial, index: ReadOnlyIndex) -> None:
     if index.changed:
         name = index.changed.strip("_")
         how = {"setitem": "index[h] = ...", "delitem": "del index[h]"}.get(
             name, f"index.{name}(...)"
         )
-        r.fail(
+        fail_with(
+            causes.MUTATES_ARGUMENT,
             "changed the index",
             f"the index is read-only: look hashes up (`h in index`, `index[h]`, "
             f"`index.get(h)`), never change it (your code called {how}; in the manager the "

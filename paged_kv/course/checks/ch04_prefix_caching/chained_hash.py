@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from paged_kv.course.checks.cost import CountingList, Meter, count_lines_executed
+from paged_kv.course.checks import causes
+from paged_kv.course.checks.cost import Meter, count_lines_executed, counting
 from paged_kv.course.checks.failures import CheckFailed, call, exercise, expect, passed
 from paged_kv.errors import InvalidArgument
 
@@ -40,6 +41,7 @@ def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
             f"{line} changed the token_ids list it was given (before the call {_shown(tokens)}, "
             f"after it {_shown(given)}): the list is the caller's prompt, which it keeps "
             "using; read it (slice it, token_ids[start : start + block_size]), never change it.",
+            causes.MUTATES_ARGUMENT,
         )
         return out
 
@@ -48,51 +50,75 @@ def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
         isinstance(out, list) and len(out) == 2,
         "chained_hashes(list(range(10)), 4) should return a list of 2 hashes (10 tokens make 2 "
         f"full blocks of 4; a partial block has no hash), got {_shown(out)}.",
+        causes.WRONG_RESULT,
     )
     _expect_digests(out)
-    expect(h([], 4) == [] and h([1, 2, 3], 4) == [], "fewer tokens than a block: no hash ([]).")
-    expect(h(list(range(10)), 4) == out, "hashing the same tokens twice must give the same hashes.")
+    expect(
+        h([], 4) == [] and h([1, 2, 3], 4) == [],
+        "fewer tokens than a block: no hash ([]).",
+        causes.WRONG_RESULT,
+    )
+    expect(
+        h(list(range(10)), 4) == out,
+        "hashing the same tokens twice must give the same hashes.",
+        causes.WRONG_RESULT,
+    )
     same = h([1, 2, 3, 4, 1, 2, 3, 4], 4)
     expect(
         same[0] != same[1],
         "chained_hashes([1, 2, 3, 4, 1, 2, 3, 4], 4): the two blocks hold the same tokens, but "
         "the second hash must differ, because it names everything before it too (chain the "
         "parent's hash in).",
+        causes.WRONG_RESULT,
     )
     expect(
         h([9, 2, 3, 4, 5, 6, 7, 8], 4)[1] != h([1, 2, 3, 4, 5, 6, 7, 8], 4)[1],
         "[9, 2, 3, 4, 5, 6, 7, 8] and [1, 2, 3, 4, 5, 6, 7, 8] share their second block but not "
         "their first: their second hashes must differ, or a hit on block 2 alone would splice "
         "in K/V computed after other tokens.",
+        causes.WRONG_RESULT,
     )
     expect(
         h([1, 2, 3, 4, 5, 6, 7, 8], 4)[:1] == h([1, 2, 3, 4, 0, 0, 0, 0], 4)[:1],
         "prompts that share their first block must share its hash.",
+        causes.WRONG_RESULT,
     )
     for a, b, why in _COLLISIONS:
         expect(
             h(a, 2) != h(b, 2),
             f"chained_hashes({a}, 2) == chained_hashes({b}, 2): different blocks, same hash. "
             + why,
+            causes.WRONG_RESULT,
         )
     plain = h(list(range(8)), 4)
     salted = h(list(range(8)), 4, "tenant-a")
     expect(
         salted[0] != plain[0] and salted[1] != plain[1],
         "salt='tenant-a' must change every hash of the chain (mix it into the first block's).",
+        causes.WRONG_RESULT,
     )
-    expect(salted == h(list(range(8)), 4, "tenant-a"), "the same salt must give the same hashes.")
-    expect(salted != h(list(range(8)), 4, "tenant-b"), "two salts must give different hashes.")
+    expect(
+        salted == h(list(range(8)), 4, "tenant-a"),
+        "the same salt must give the same hashes.",
+        causes.WRONG_RESULT,
+    )
+    expect(
+        salted != h(list(range(8)), 4, "tenant-b"),
+        "two salts must give different hashes.",
+        causes.WRONG_RESULT,
+    )
     expect(
         h(list(range(8)), 4, "") != plain,
         "salt='' and no salt (None) give the same hashes: an empty salt is still a salt. Encode "
         "whether there is one, not only its bytes ((salt or '').encode() cannot tell them apart).",
+        causes.WRONG_RESULT,
     )
     expect(
         h(list(range(8)), 4, "None") != plain,
         "salt='None' and no salt (None) give the same hashes: str(salt) turns None into 'None', "
         "so a tenant named 'None' would share every other request's blocks. Encode whether "
         "there is a salt (a tag for None), then the salt's bytes.",
+        causes.WRONG_RESULT,
     )
     _random_collisions(h)
     _one_hash_per_block(fn)
@@ -117,7 +143,8 @@ def _expect_signature(fn: Callable[..., Any]) -> None:
                 f"{fn.__name__}{signature} cannot be called as chained_hashes(token_ids, "
                 f"block_size{', salt=...' if kwargs else ''}) ({exc}): it must take "
                 "(token_ids, block_size, salt=None), the salt optional with the default None "
-                "(most requests have no salt, and their callers leave it out)."
+                "(most requests have no salt, and their callers leave it out).",
+                causes.BAD_SIGNATURE,
             ) from None
 
 
@@ -127,12 +154,14 @@ def _expect_digests(out: list[Any]) -> None:
     if wrong and isinstance(wrong[0], str):
         raise CheckFailed(
             f"each hash should be bytes, but yours are str ({_shown(wrong[0])}): return "
-            ".digest() (32 bytes), not .hexdigest() (its text)."
+            ".digest() (32 bytes), not .hexdigest() (its text).",
+            causes.WRONG_RESULT,
         )
     if wrong:
         raise CheckFailed(
             f"each hash should be bytes (a hashlib digest), got {type(wrong[0]).__name__} "
-            f"values: {_shown(out)}. Use hashlib.sha256(...).digest(), never hash()."
+            f"values: {_shown(out)}. Use hashlib.sha256(...).digest(), never hash().",
+            causes.WRONG_RESULT,
         )
     short = next((x for x in out if len(x) < 16), None)
     if short is not None:
@@ -141,7 +170,8 @@ def _expect_digests(out: list[Any]) -> None:
             f"({_shown(short)}): keep all 32 bytes of hashlib.sha256(...).digest() (never "
             "truncate it, and never use Python's hash(), 8 bytes that change between "
             f"processes). With {8 * len(short)} bits, two of the blocks a server caches over "
-            "its life will collide, and a hit would read another prompt's K/V."
+            "its life will collide, and a hit would read another prompt's K/V.",
+            causes.WRONG_RESULT,
         )
 
 
@@ -155,8 +185,7 @@ def _one_hash_per_block(fn: Callable[..., Any]) -> None:
     per_block = []
     for n in _WORK_SIZES:
         meter = Meter()
-        tokens = CountingList(range(n))
-        tokens._meter, tokens._name = meter, "token_ids"
+        tokens = counting(list(range(n)), meter, "token_ids")
         line = f"chained_hashes(list(range({n})), 4)"
         lines = count_lines_executed(lambda t=tokens, d=line: call(d, fn, t, 4))
         per_block.append((lines + meter.total) / (n // 4))
@@ -167,7 +196,8 @@ def _one_hash_per_block(fn: Callable[..., Any]) -> None:
             f"token ids read), but {_WORK_SIZES[1]:,} tokens cost {large:,.0f} per block: your "
             "work per block grows with the prompt, as if each block re-hashed (or re-read) "
             "everything before it. Hash each block once: sha256(parent + that block's "
-            "encoding), where the parent's digest already names the whole prefix."
+            "encoding), where the parent's digest already names the whole prefix.",
+            causes.WORK_GROWS,
         )
 
 
@@ -210,6 +240,7 @@ def _random_collisions(h: Callable[..., list[bytes]]) -> None:
                 seen.setdefault(digest, prefix) == prefix,
                 f"prefixes {list(seen[digest])} and {list(prefix)} got the same hash "
                 f"(block_size 2): a collision. Make the encoding of a block unambiguous.",
+                causes.WRONG_RESULT,
             )
 
 
@@ -234,7 +265,8 @@ def _same_in_other_processes(fn: Callable[..., list[bytes]]) -> None:
                 f"fresh Python process with PYTHONHASHSEED={seed}: a server restarted, or a "
                 "second server, would never hit the cache, and two processes could disagree on "
                 "what a hash means. Python's hash() of a str (or bytes) changes with "
-                "PYTHONHASHSEED; hash only bytes you build yourself, with hashlib."
+                "PYTHONHASHSEED; hash only bytes you build yourself, with hashlib.",
+                causes.WRONG_RESULT,
             )
 
 
@@ -246,14 +278,16 @@ def _cell_source(fn: Callable[..., Any]) -> str:
     if fn.__qualname__ != fn.__name__:
         raise CheckFailed(
             f"define {fn.__name__} at the top level of its cell (not inside another function "
-            "or class), so the check can run it in another process."
+            "or class), so the check can run it in another process.",
+            causes.WRONG_RESULT,
         )
     try:
         return _source_of(fn)
     except (InvalidArgument, SyntaxError):
         raise CheckFailed(
             f"cannot read the source of {fn.__name__} to run it in another process; define it "
-            "in a notebook cell or a .py file."
+            "in a notebook cell or a .py file.",
+            causes.WRONG_RESULT,
         ) from None
 
 
@@ -291,6 +325,7 @@ def _run_elsewhere(source: str, name: str, cases: list, seed: str) -> Any:
         raise CheckFailed(
             f"running your cell again in a fresh Python process (to compare the hashes across "
             f"processes) failed: {last}. The check runs what parts.save keeps of the cell, its "
-            f"imports and definitions, alone. {advice}"
+            f"imports and definitions, alone. {advice}",
+            causes.WRONG_RESULT,
         )
     return json.loads(done.stdout.strip().splitlines()[-1])

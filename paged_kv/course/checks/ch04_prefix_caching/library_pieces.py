@@ -9,6 +9,7 @@ from collections.abc import Callable
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.hashing import block_hashes
 from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import expect, expect_raises, passed
 from paged_kv.errors import OutOfBlocks
 
@@ -42,6 +43,7 @@ def check_share_cached_prefix(fn: Callable[..., list[int]]) -> None:
             f"{prompt}: the hits should be blocks {want}, got {got}"
             + (" (the last prompt token is never a hit)" if len(got) > len(want) else "")
             + ".",
+            causes.WRONG_RESULT,
         )
         after = [pool.ref_count(b) for b in blocks]
         expected = [r + (b in want) for b, r in zip(blocks, refs, strict=True)]
@@ -49,6 +51,7 @@ def check_share_cached_prefix(fn: Callable[..., list[int]]) -> None:
             after == expected,
             f"trial {trial}: every hit block needs exactly one more reference (pool.share); "
             f"ref counts went from {refs} to {after}, expected {expected}.",
+            causes.WRONG_RESULT,
         )
     passed("share cached prefix")
 
@@ -63,18 +66,25 @@ def check_copy_on_write(fn: Callable[..., tuple[int, int] | None]) -> None:
         copy is not None and copy[0] != copy[1] and table[1] == copy[1],
         f"the last block is shared and half full: the table must get a private copy and the "
         f"call return (old, new); got {copy} and table {table}.",
+        causes.WRONG_RESULT,
     )
     assert copy is not None
     expect(
         pool.ref_count(copy[0]) == 1 and pool.ref_count(copy[1]) == 1,
         "the shared block should lose this table's reference, and the copy have exactly one.",
+        causes.WRONG_RESULT,
     )
-    expect(fn(pool, table, 6) is None, "the last block is private now: no copy is needed.")
+    expect(
+        fn(pool, table, 6) is None,
+        "the last block is private now: no copy is needed.",
+        causes.WRONG_RESULT,
+    )
     full = pool.allocate(1)
     pool.share(full)
     expect(
         fn(pool, full, 4) is None,
         "a full last block is never written again: no copy, even when shared.",
+        causes.WRONG_RESULT,
     )
     tight = BlockPool(2, 4)
     shared = tight.allocate(2)
@@ -82,6 +92,8 @@ def check_copy_on_write(fn: Callable[..., tuple[int, int] | None]) -> None:
     before = list(shared)
     expect_raises(OutOfBlocks, lambda: fn(tight, shared, 5), "copying with no free block")
     expect(
-        shared == before and tight.ref_count(before[1]) == 2, "a failed copy must change nothing."
+        shared == before and tight.ref_count(before[1]) == 2,
+        "a failed copy must change nothing.",
+        causes.WRONG_RESULT,
     )
     passed("copy-on-write")

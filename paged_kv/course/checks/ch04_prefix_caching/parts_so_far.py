@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from paged_kv.course.checks import causes
 from paged_kv.course.checks.ch04_prefix_caching.chained_hash import (
     _expect_digests,
     _expect_signature,
@@ -49,6 +50,7 @@ def check_prefix_parts(
         isinstance(sample, list | tuple) and len(sample) == 2,
         f"block_hasher(list(range(10)), 4) should return 2 hashes (10 tokens make 2 full "
         f"blocks of 4; a partial block has no hash), got {_shown(sample)}.",
+        causes.WRONG_RESULT,
     )
     _expect_digests(list(sample))
     library = [
@@ -113,6 +115,7 @@ def check_prefix_parts(
             theirs.num_cached_tokens(i) == ours.num_cached_tokens(i),
             f"request {i} (salt {salt!r}): with your parts {theirs.num_cached_tokens(i)} prompt "
             f"tokens were prefix hits; the library finds {ours.num_cached_tokens(i)}.",
+            causes.WRONG_RESULT,
         )
         hit_tokens += ours.num_cached_tokens(i)
     passed(f"your prefix caching: {hit_tokens:,} prompt tokens hit, as the library's")
@@ -124,7 +127,9 @@ def _returns_a_list(name: str, what: str, fn: Callable[..., Any]) -> Callable[..
     def part(*args: Any, **kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
         if not isinstance(out, list | tuple):
-            raise CheckFailed(f"your {name} returned {_shown(out)}; it must return {what}.")
+            raise CheckFailed(
+                f"your {name} returned {_shown(out)}; it must return {what}.", causes.WRONG_RESULT
+            )
         return out
 
     return part
@@ -139,13 +144,14 @@ def _run(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise
     except InvalidArgument as exc:
         if str(exc).startswith(_HOOKS):
-            raise CheckFailed(f"{doing}: your {exc}") from None
+            raise CheckFailed(f"{doing}: your {exc}", causes.WRONG_RESULT) from None
         raise learner_error(exc, doing=doing) from None
     except AttributeError as exc:
         if "'mappingproxy'" in str(exc):
             raise CheckFailed(
                 f"{doing}: your prefix_lookup tried to change the index ({exc}): the index is "
-                "read-only; look hashes up (`h in index`, `index.get(h)`), never change it."
+                "read-only; look hashes up (`h in index`, `index.get(h)`), never change it.",
+                causes.MUTATES_ARGUMENT,
             ) from None
         raise learner_error(exc, doing=doing) from None
     except Exception as exc:

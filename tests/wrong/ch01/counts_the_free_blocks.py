@@ -1,0 +1,6 @@
+# expect: work_grows
+# check: check_constant_time_allocate(Wrong)
+class Wrong(FreeListPool):
+    @property
+    def num_free(self):
+        return sum(1 for r in self.ref if r == 0)

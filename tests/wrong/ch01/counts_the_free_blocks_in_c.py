@@ -1,0 +1,6 @@
+# expect: work_grows
+# check: check_constant_time_allocate(Wrong)
+class Wrong(FreeListPool):
+    @property
+    def num_free(self):
+        return self.ref.count(0)  # a scan of every block, hidden in C

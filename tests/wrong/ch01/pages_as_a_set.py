@@ -1,0 +1,5 @@
+# expect: wrong_order
+# check: check_free_pages(Wrong)
+class Wrong(FreeListPool):
+    def free_pages(self):
+        return set(super().free_pages())

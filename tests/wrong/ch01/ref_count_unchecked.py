@@ -1,0 +1,5 @@
+# expect: wrong_error
+# check: check_release(Wrong)
+class Wrong(FreeListPool):
+    def ref_count(self, block_id):
+        return self.ref[block_id]

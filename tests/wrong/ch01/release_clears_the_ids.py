@@ -1,0 +1,7 @@
+# expect: mutates_argument
+# check: check_release(Wrong)
+class Wrong(FreeListPool):
+    def release(self, block_ids):
+        freed = super().release(block_ids)
+        block_ids.clear()
+        return freed

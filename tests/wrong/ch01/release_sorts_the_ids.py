@@ -1,0 +1,6 @@
+# expect: mutates_argument
+# check: check_release(Wrong)
+class Wrong(FreeListPool):
+    def release(self, block_ids):
+        block_ids.sort()
+        return super().release(block_ids)

@@ -1,0 +1,6 @@
+# expect: mutates_argument
+# check: check_release(Wrong)
+class Wrong(FreeListPool):
+    def share(self, block_ids):
+        block_ids.sort()
+        super().share(block_ids)

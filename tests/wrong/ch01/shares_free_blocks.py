@@ -1,0 +1,9 @@
+# expect: missing_refusal
+# check: check_release(Wrong)
+class Wrong(FreeListPool):
+    def share(self, block_ids):
+        for b in block_ids:
+            if not 0 <= b < self.num_blocks:
+                raise InvalidBlock("foreign")
+        for b in block_ids:
+            self.ref[b] += 1

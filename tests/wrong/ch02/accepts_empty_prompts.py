@@ -1,0 +1,9 @@
+# expect: missing_refusal
+# check: check_add_and_free(Wrong)
+class Wrong(SequenceManager):
+    def add_sequence(self, seq_id, token_ids):
+        if seq_id in self.tables:
+            raise DuplicateSequence(seq_id)
+        table = self.pool.allocate(-(-len(token_ids) // self.block_size))
+        self.tables[seq_id], self.lengths[seq_id] = table, len(token_ids)
+        return list(table)

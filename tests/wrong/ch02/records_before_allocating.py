@@ -1,0 +1,11 @@
+# expect: missing_refusal
+# check: check_add_and_free(Wrong)
+class Wrong(SequenceManager):
+    def add_sequence(self, seq_id, token_ids):
+        if seq_id in self.tables:
+            raise DuplicateSequence(seq_id)
+        if not token_ids:
+            raise InvalidArgument("empty")
+        self.tables[seq_id], self.lengths[seq_id] = [], len(token_ids)
+        self.tables[seq_id] = self.pool.allocate(-(-len(token_ids) // self.block_size))
+        return list(self.tables[seq_id])

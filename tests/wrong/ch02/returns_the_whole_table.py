@@ -1,0 +1,6 @@
+# expect: wrong_result
+# check: check_append(Wrong)
+class Wrong(SequenceManager):
+    def append_tokens(self, seq_id, token_ids):
+        super().append_tokens(seq_id, token_ids)
+        return self.block_table(seq_id)

@@ -1,0 +1,2 @@
+# expect: raised
+# check: check_aging(BucketLFU)

@@ -1,0 +1,7 @@
+# expect: missing_refusal
+# check: check_lfu(EvictNothingReturnsNone)
+class EvictNothingReturnsNone(BucketLFU):
+    def evict(self):
+        if not self.nonempty:
+            return None
+        return super().evict()

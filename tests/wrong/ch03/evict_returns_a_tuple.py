@@ -1,0 +1,8 @@
+# expect: wrong_result
+# check: check_policy_contract(EvictReturnsATuple)
+from paged_kv.cache.eviction import LRU
+
+
+class EvictReturnsATuple(LRU):
+    def evict(self):
+        return super().evict(), "why"

@@ -1,0 +1,8 @@
+# expect: missing_refusal
+# check: check_lfu(EvictSwallowsErrors)
+class EvictSwallowsErrors(BucketLFU):
+    def evict(self):
+        try:
+            return super().evict()
+        except Exception:
+            return None

@@ -1,0 +1,8 @@
+# expect: wrong_result
+# check: check_policy_contract(EvictsNothing)
+from paged_kv.cache.eviction import LRU
+
+
+class EvictsNothing(LRU):
+    def evict(self):
+        super().evict()

@@ -1,0 +1,4 @@
+# expect: raised
+# check: check_policy_contract(NotAPolicy)
+class NotAPolicy:
+    pass

@@ -1,0 +1,2 @@
+# expect: bad_signature
+# check: check_lfu(BucketLFU())

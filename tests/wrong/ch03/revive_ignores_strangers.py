@@ -1,0 +1,6 @@
+# expect: missing_refusal
+# check: check_lfu(ReviveIgnoresStrangers)
+class ReviveIgnoresStrangers(BucketLFU):
+    def revive(self, block):
+        if block in self.bucket_of:
+            self._leave(block)

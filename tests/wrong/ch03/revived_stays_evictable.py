@@ -1,0 +1,8 @@
+# expect: wrong_state
+# check: check_policy_contract(RevivedStaysEvictable)
+from paged_kv.cache.eviction import LRU
+
+
+class RevivedStaysEvictable(LRU):
+    def revive(self, block_id):
+        pass

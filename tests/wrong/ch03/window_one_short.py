@@ -1,0 +1,13 @@
+# expect: wrong_state
+# check: check_aging(WindowOneShort)
+class WindowOneShort(WindowLFU):
+    def touch(self, block):
+        if block not in self.life:
+            self.lives += 1
+            self.life[block] = self.lives
+        BucketLFU.touch(self, block)
+        self.recent.append((block, self.life[block]))
+        if len(self.recent) >= self.window:
+            old, life = self.recent.popleft()
+            if self.life.get(old) == life:
+                self.set_count(old, self.count(old) - 1)

@@ -1,0 +1,5 @@
+# expect: wrong_result
+# check: check_allocate_table(fresh_blocks_first)
+def fresh_blocks_first(pool, hits, num_blocks):
+    table = allocate_table(pool, hits, num_blocks)
+    return table[len(hits) :] + hits

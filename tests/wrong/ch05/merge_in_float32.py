@@ -1,0 +1,4 @@
+# expect: wrong_dtype
+# check: check_lse_merge(wrong)
+def wrong(outs, lses):
+    return lse_merge(outs.float(), lses.float())

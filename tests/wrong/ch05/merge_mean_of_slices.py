@@ -1,0 +1,4 @@
+# expect: wrong_result
+# check: check_lse_merge(wrong)
+def wrong(outs, lses):
+    return outs.mean(dim=-2)  # the lses ignored (a plain sum is the same mistake)

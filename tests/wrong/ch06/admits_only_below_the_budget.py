@@ -1,0 +1,7 @@
+# expect: wrong_state
+# check: check_admission(Wrong)
+class Wrong(AdmittingScheduler):
+    def admit_waiting(self, plan):  # admits while cost < budget_left: an exact fit waits
+        plan.token_budget -= 1
+        super().admit_waiting(plan)
+        plan.token_budget += 1

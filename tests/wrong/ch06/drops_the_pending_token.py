@@ -1,0 +1,6 @@
+# expect: wrong_state
+# check: check_preemption(Wrong)
+class Wrong(RecomputingScheduler):
+    def preempt(self, request, plan, reason):
+        request.take_pending()  # the sampled token is lost: the output shrinks
+        super().preempt(request, plan, reason)

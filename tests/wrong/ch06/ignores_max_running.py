@@ -1,0 +1,7 @@
+# expect: wrong_state
+# check: check_admission(Wrong)
+class Wrong(AdmittingScheduler):
+    def admit_waiting(self, plan):
+        cap, self.max_running = self.max_running, 10**9
+        super().admit_waiting(plan)
+        self.max_running = cap

@@ -1,0 +1,6 @@
+# expect: wrong_state
+# check: check_preemption(Wrong)
+class Wrong(RecomputingScheduler):
+    def preempt(self, request, plan, reason):
+        super().preempt(request, plan, reason)
+        request.status = RequestStatus.RUNNING

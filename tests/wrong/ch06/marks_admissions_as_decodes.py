@@ -1,0 +1,6 @@
+# expect: wrong_state
+# check: check_admission(Wrong)
+class Wrong(AdmittingScheduler):
+    def admit_waiting(self, plan):
+        super().admit_waiting(plan)
+        plan.chunks = [ScheduledChunk(c.request, c.start, c.num_tokens, False) for c in plan.chunks]

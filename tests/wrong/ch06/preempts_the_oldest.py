@@ -1,0 +1,5 @@
+# expect: wrong_state
+# check: check_preemption(Wrong)
+class Wrong(RecomputingScheduler):
+    def preempt(self, request, plan, reason):
+        super().preempt(self.running[0], plan, reason)

@@ -1,0 +1,10 @@
+# expect: wrong_state
+# check: check_circuit_breaker(Wrong)
+class Wrong(MyBreaker):
+    def record_failure(self):
+        if self.state != "open":  # a call that ends while open is forgotten
+            super().record_failure()
+
+    def record_success(self):
+        if self.state != "open":
+            super().record_success()

@@ -1,0 +1,9 @@
+# expect: wrong_error
+# check: check_blob_codec(encode, wrong)
+def wrong(blob, *, fingerprint, block_hash):
+    try:
+        return decode(blob, fingerprint=fingerprint, block_hash=block_hash)
+    except CorruptBlock as refusal:
+        if refusal.reason == "length":
+            raise CorruptBlock(str(refusal), reason="truncated") from None
+        raise

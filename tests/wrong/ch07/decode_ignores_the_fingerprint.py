@@ -1,0 +1,4 @@
+# expect: missing_refusal
+# check: check_blob_codec(encode, wrong)
+def wrong(blob, *, fingerprint, block_hash):
+    return decode(blob, fingerprint=None, block_hash=block_hash)

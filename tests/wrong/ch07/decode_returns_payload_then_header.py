@@ -1,0 +1,5 @@
+# expect: wrong_result
+# check: check_blob_codec(encode, wrong)
+def wrong(blob, *, fingerprint, block_hash):
+    header, payload = decode(blob, fingerprint=fingerprint, block_hash=block_hash)
+    return payload, header

@@ -1,0 +1,5 @@
+# expect: wrong_result
+# check: check_blob_codec(wrong, decode)
+def wrong(payload, **fields):
+    blob = encode(payload, **fields)
+    return blob[:108] + b"\0\0\0\0" + blob[112:]

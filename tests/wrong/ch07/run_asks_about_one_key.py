@@ -1,0 +1,4 @@
+# expect: wrong_result
+# check: check_longest_run(wrong)
+def wrong(keys, tiers):
+    return [t for t in tiers[:1] if keys and t.count_leading(keys[0])]

@@ -1,0 +1,4 @@
+# expect: wrong_result
+# check: check_longest_run(wrong)
+def wrong(keys, tiers):
+    return tuple(my_longest_run(keys, tiers))

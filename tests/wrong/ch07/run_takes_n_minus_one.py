@@ -1,0 +1,13 @@
+# expect: endless_loop
+# check: check_longest_run(wrong)
+def wrong(keys, tiers):
+    sources = []
+    while len(sources) < len(keys):
+        for tier in tiers:
+            n = tier.count_leading(keys[len(sources) :])
+            if n:
+                sources += [tier] * (n - 1)
+                break
+        else:
+            break
+    return sources
