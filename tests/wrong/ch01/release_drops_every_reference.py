@@ -1,5 +1,5 @@
-# expect: part_at_fault
-# check: check_capstone(Scheduler, parts={"pool": wrong})
+# expect: missing_refusal
+# check: check_release(wrong)
 from paged_kv import BlockPool
 
 
