@@ -3,7 +3,9 @@
 import random
 from functools import cache
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -266,3 +268,49 @@ def test_the_demo_serves_requests_that_share_a_system_prompt(capsys):
     assert int(rows["generated tokens"]) == 60
     assert int(rows["prefill tokens saved (prefix hits)"]) > 0
     assert int(rows["preemptions"]) > 0
+
+
+# Token id 0 is a token like any other: in prompts, appends, hashes, the engine and the byte
+# tokenizer (it is the NUL byte). A falsy-value check (`if token:`, `0 < t`) anywhere would
+# drop or refuse it.
+
+
+class ZeroLovingLM(TinyLM):
+    """TinyLM whose logits always favour token 0, so the engine generates zeros."""
+
+    def forward(self, batch, kv):
+        logits = super().forward(batch, kv).clone()
+        logits[:, 0] = logits.max() + 100.0
+        return logits
+
+
+@cache
+def zero_model() -> ZeroLovingLM:
+    return ZeroLovingLM(seed=0)
+
+
+def test_prompts_with_token_zero_are_served_like_any_other():
+    prompts = [[0], [0, 0, 5], [7, 0, 0, 0, 0, 0, 0, 0, 0, 3]]
+    engine = Engine(model(), num_blocks=30, block_size=4)
+    arrays = [np.array([0, 0, 5]), torch.tensor([0])]
+    out = engine.generate([*prompts, "a\x00b", *arrays], 6)
+    assert [c.prompt_ids for c in out] == [*prompts, [97, 0, 98], [0, 0, 5], [0]]
+    for completion in out:
+        assert completion.token_ids == greedy_dense(model(), completion.prompt_ids, 6)
+
+
+def test_generated_zeros_are_appended_stopped_on_and_decoded():
+    engine = Engine(zero_model(), num_blocks=20, block_size=4)
+    rid = engine.add_request([0, 0, 0], SamplingParams(6))
+    engine.step()
+    engine.step()  # the first zero is now appended to the cache
+    assert engine.manager.token_ids(rid) == [0, 0, 0, 0]
+    engine.run()
+    completion = engine.completion(rid)
+    assert completion.token_ids == [0] * 6
+    assert completion.text == "\x00" * 6
+    [stopped] = engine.generate([[9, 9]], 6, stop_token_ids=[0])
+    assert stopped.token_ids == [0]  # 0 is a stop token like any other
+    sampled = engine.generate([[9, 9]], 4, temperature=1.0, seed=3)
+    assert sampled[0].token_ids == [0] * 4
+    assert torch.equal(torch.tensor(sampled[0].token_ids), torch.zeros(4, dtype=torch.long))
