@@ -1,5 +1,6 @@
 """The engine: exactly the tokens of dense decoding, whatever the cache had to do to get there."""
 
+import math
 import random
 from functools import cache
 
@@ -314,3 +315,68 @@ def test_generated_zeros_are_appended_stopped_on_and_decoded():
     sampled = engine.generate([[9, 9]], 4, temperature=1.0, seed=3)
     assert sampled[0].token_ids == [0] * 4
     assert torch.equal(torch.tensor(sampled[0].token_ids), torch.zeros(4, dtype=torch.long))
+
+
+# The serving layer's argument checks at their edges, and its documented defaults.
+
+
+def test_one_new_token_means_one_step_and_one_token():
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    rid = engine.add_request([3, 1, 4], SamplingParams(1))
+    engine.step()
+    assert not engine.has_unfinished()
+    assert engine.completion(rid).token_ids == greedy_dense(model(), [3, 1, 4], 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"num_blocks": 0},
+        {"num_blocks": True},
+        {"num_blocks": 8, "block_size": 0},
+        {"num_blocks": 8, "max_batch_tokens": 0},
+        {"num_blocks": 8, "max_running": 0},
+    ],
+)
+def test_engine_construction_edges(kwargs):
+    with pytest.raises(InvalidArgument):
+        Engine(model(), **kwargs)
+
+
+def test_a_request_may_fill_the_whole_cache_but_not_one_token_more():
+    engine = Engine(model(), num_blocks=4, block_size=4)
+    rid = engine.add_request(list(range(12)), SamplingParams(4))  # 16 tokens: 4 blocks
+    with pytest.raises(InvalidArgument, match="whole cache has 4"):
+        engine.add_request(list(range(13)), SamplingParams(4))  # 17 tokens: 5 blocks
+    assert list(engine.requests) == [rid] and len(engine.scheduler.waiting) == 1
+    engine.run()
+    assert len(engine.completion(rid).token_ids) == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_new_tokens": 0},
+        {"max_new_tokens": True},
+        {"temperature": -0.5},
+        {"temperature": math.nan},
+    ],
+)
+def test_bad_generate_arguments_change_nothing(kwargs):
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    rid = engine.add_request([1, 2], SamplingParams(3))
+    engine.step()
+    before = engine.stats()
+    with pytest.raises(InvalidArgument):
+        engine.generate([[5, 6]], **kwargs)
+    assert list(engine.requests) == [rid]
+    assert [r.request_id for r in engine.scheduler.running] == [rid]
+    assert not engine.scheduler.waiting
+    after = engine.stats()
+    assert (after.requests, after.steps, after.prompt_tokens) == (
+        before.requests,
+        before.steps,
+        before.prompt_tokens,
+    )
+    engine.run()
+    assert engine.completion(rid).token_ids == greedy_dense(model(), [1, 2], 3)
