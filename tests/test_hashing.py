@@ -160,3 +160,34 @@ def test_a_hash_chain_continues_where_it_stopped(salt, extra_keys):
     assert first == want[:2]
     assert chain.hashes(tokens[16:], parent=first[-1]) == want[2:]
     assert chain.hashes(tokens[:7]) == []
+
+
+# Prefix caching: chained hashes, sharing, salts, forks with copy-on-write, reset, metrics.
+
+
+def test_hash_chains_the_parent_so_equal_blocks_at_different_places_differ():
+    a = block_hashes([1, 2, 3, 4, 1, 2, 3, 4], 4)
+    assert len(a) == 2 and a[0] != a[1]  # same tokens, different prefix
+    assert a[1] == hash_block(a[0], [1, 2, 3, 4])
+    assert block_hashes([1, 2, 3], 4) == []  # a partial block has no hash
+    assert block_hashes([1, 2, 3, 4], 4, extra_keys=("lora-a",)) != block_hashes([1, 2, 3, 4], 4)
+    assert block_hashes([1, 2, 3, 4], 4, salt="t1") != block_hashes([1, 2, 3, 4], 4, salt=b"t1")
+
+
+def test_hashes_are_identical_across_processes_with_different_hash_seeds():
+    code = (
+        "from paged_kv.cache.hashing import block_hashes;"
+        "print([h.hex() for h in block_hashes(list(range(40)), 16, salt='tenant', "
+        "extra_keys=('adapter', 3))])"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "12345")
+    }
+    assert len(outputs) == 1 and "[" in outputs.pop()

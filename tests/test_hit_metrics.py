@@ -2,6 +2,7 @@
 
 import pytest
 from test_block_pool import BAD_COUNTS
+from test_manager import BS, SHARED
 
 from paged_kv import InvalidArgument, KVCacheManager
 from paged_kv.cache import PrefixHitCounter
@@ -36,3 +37,25 @@ def test_a_hit_rate_window_of_one_keeps_the_latest_request_only():
         0,
     )
     assert (rates.queried_tokens, rates.hit_tokens) == (23, 8)
+
+
+# Prefix caching: chained hashes, sharing, salts, forks with copy-on-write, reset, metrics.
+
+
+def test_hit_rates_over_all_requests_and_a_window():
+    m = KVCacheManager(32, BS, hit_rate_window=2)
+    m.add_sequence("a", [*SHARED, 1])  # 13 queried, 0 hit
+    m.add_sequence("b", [*SHARED, 2])  # 13 queried, 12 hit
+    m.add_sequence("c", [*SHARED, 3])
+    rates = m.hit_rates()
+    assert (rates.queried_tokens, rates.hit_tokens) == (39, 24)
+    assert rates.window_requests == 2 and rates.window_hit_rate == pytest.approx(24 / 26)
+
+
+def test_hit_counter_window_keeps_running_sums():
+    counter = PrefixHitCounter(window=3)
+    for q, h in [(10, 0), (10, 10), (10, 5), (10, 1)]:
+        counter.record(q, h)
+    rates = counter.rates()
+    assert rates.hit_rate == pytest.approx(16 / 40)
+    assert rates.window_hit_rate == pytest.approx(16 / 30)
