@@ -19,7 +19,7 @@ QUICK = (
     "tests/test_block_pool.py",
     "tests/test_block_table.py",
     "tests/test_manager.py",
-    "tests/test_prefix_caching.py",
+    "tests/test_hashing.py",
     "tests/test_attention.py",
     "tests/test_cpu_decode.py",
     "tests/test_pretrained.py::test_the_shipped_weights",

@@ -1,10 +1,23 @@
 import copy
 import functools
 import pickle
+from collections import Counter
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from paged_kv import BlockPool, BlockState, InvalidArgument, InvalidBlock, OutOfBlocks, PagedKVError
+from paged_kv import (
+    BlockPool,
+    BlockState,
+    InvalidArgument,
+    InvalidBlock,
+    KVCacheManager,
+    OutOfBlocks,
+    PagedKVError,
+)
+from paged_kv.cache.eviction import POLICIES
 from paged_kv.cache.ref_count_pool import MAX_BLOCKS
 from paged_kv.course import checks
 
@@ -29,7 +42,12 @@ def test_library_pool_passes_the_exercise_checks(make):
 
 @pytest.mark.parametrize("allocation", ["fifo", "pack_pages"])
 def test_free_pages_check_passes_for_both_strategies(allocation):
-    checks.check_free_pages(functools.partial(BlockPool, allocation=allocation))
+    def pool(num_blocks, block_size=16, *, blocks_per_page=None):
+        # pack_pages needs pages; the check also builds pools without any
+        chosen = allocation if blocks_per_page is not None else "fifo"
+        return BlockPool(num_blocks, block_size, blocks_per_page=blocks_per_page, allocation=chosen)
+
+    checks.check_free_pages(pool)
 
 
 def test_allocate_hands_out_distinct_ids_with_ref_count_one():
@@ -280,3 +298,180 @@ def test_discard_frees_cached_blocks_uncounted_and_refuses_others_changing_nothi
     assert (pool.num_cached, pool.num_free, forgotten) == (0, 5, [b, a])
     assert pool.evictions == {"allocation": 0, "reset": 0}  # not an eviction
     assert pool.state(a) is BlockState.FREE and pool.state(c) is BlockState.IN_USE
+
+
+# The cache layer's argument checks at their edges, and its documented defaults.
+
+
+BAD_COUNTS = [0, -1, True, False, 1.0, "2", None]
+
+
+@pytest.mark.parametrize("make", [BlockPool, KVCacheManager])
+@pytest.mark.parametrize("bad", BAD_COUNTS)
+def test_num_blocks_and_block_size_must_be_positive_ints(make, bad):
+    with pytest.raises(InvalidArgument, match="num_blocks"):
+        make(bad, 4)
+    with pytest.raises(InvalidArgument, match="block_size"):
+        make(4, bad)
+
+
+@pytest.mark.parametrize("make", [BlockPool, KVCacheManager])
+def test_one_block_of_one_token_is_a_valid_cache(make):
+    thing = make(1, 1)
+    pool = thing if isinstance(thing, BlockPool) else thing.pool
+    assert (pool.num_blocks, pool.block_size) == (1, 1)
+    assert pool.num_free == 1
+
+
+@pytest.mark.parametrize("num_blocks, per_page", [(10, 3), (10, 4), (10, 20), (1, 2)])
+def test_pages_must_tile_the_pool(num_blocks, per_page):
+    for make in (BlockPool, KVCacheManager):
+        with pytest.raises(InvalidArgument, match="multiple of blocks_per_page"):
+            make(num_blocks, 4, blocks_per_page=per_page)
+
+
+@pytest.mark.parametrize("num_blocks, per_page", [(10, 1), (10, 2), (10, 5), (10, 10), (1, 1)])
+def test_any_divisor_is_a_valid_page_size(num_blocks, per_page):
+    for allocation in ("fifo", "pack_pages"):
+        pool = KVCacheManager(num_blocks, 4, blocks_per_page=per_page, allocation=allocation).pool
+        assert pool.num_pages == num_blocks // per_page
+        assert pool.free_pages() == list(range(num_blocks // per_page))
+
+
+@pytest.mark.parametrize("bad", BAD_COUNTS[:-1])  # None means: no pages
+def test_blocks_per_page_must_be_a_positive_int(bad):
+    with pytest.raises(InvalidArgument, match="blocks_per_page"):
+        BlockPool(12, 4, blocks_per_page=bad)
+
+
+# Random operation sequences keep every invariant of DESIGN.md (hypothesis stateful tests).
+
+
+STEPS = settings(max_examples=250, stateful_step_count=50, deadline=None)
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """The pool against a model: a Counter of references per block."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = None
+        self.refs = Counter()
+        self.kept: set[int] = set()  # blocks whose content is kept (in use or cached)
+        self.evicted: list[int] = []
+
+    @precondition(lambda self: self.pool is None)
+    @rule(
+        pages=st.integers(1, 6),
+        per_page=st.integers(1, 5),
+        allocation=st.sampled_from(["fifo", "pack_pages"]),
+        eviction=st.sampled_from(sorted(POLICIES)),
+    )
+    def create(self, pages, per_page, allocation, eviction):
+        self.pool = BlockPool(
+            pages * per_page,
+            4,
+            blocks_per_page=per_page,
+            allocation=allocation,
+            eviction=eviction,
+            on_evict=self.evicted.append,
+        )
+
+    @precondition(lambda self: self.pool is not None)
+    @rule(n=st.integers(0, 12))
+    def allocate(self, n):
+        free_before = self.pool.num_free
+        if n > self.pool.num_available:
+            snap = self.pool.snapshot()
+            try:
+                self.pool.allocate(n)
+            except OutOfBlocks:
+                assert self.pool.snapshot() == snap
+                return
+            raise AssertionError("allocation beyond capacity succeeded")
+        cached_before = self.cached()
+        self.evicted.clear()
+        ids = self.pool.allocate(n)
+        assert len(set(ids)) == n and not any(self.refs[b] for b in ids)
+        # Free blocks first; a cached block is evicted only for what the free list lacks.
+        assert len(self.evicted) == max(0, n - free_before)
+        assert set(self.evicted) <= cached_before and set(self.evicted) <= set(ids)
+        self.kept -= set(self.evicted)
+        self.refs.update(ids)
+
+    @precondition(lambda self: self.pool is not None and self.refs)
+    @rule(data=st.data())
+    def keep_content(self, data):
+        b = data.draw(st.sampled_from(sorted(self.refs)))
+        self.pool.keep_content([b])
+        self.kept.add(b)
+
+    @precondition(lambda self: self.pool is not None and self.cached())
+    @rule(data=st.data())
+    def hit_cached(self, data):
+        b = data.draw(st.sampled_from(sorted(self.cached())))
+        self.pool.share([b])
+        self.refs[b] += 1
+
+    @precondition(lambda self: self.pool is not None)
+    @rule()
+    def evict_all_cached(self):
+        cached = self.cached()
+        assert self.pool.evict_all_cached() == len(cached)
+        self.kept -= cached
+
+    def cached(self) -> set[int]:
+        return {b for b in self.kept if not self.refs[b]}
+
+    @precondition(lambda self: self.pool is not None and self.refs)
+    @rule(data=st.data())
+    def share(self, data):
+        b = data.draw(st.sampled_from(sorted(self.refs)))
+        self.pool.share([b])
+        self.refs[b] += 1
+
+    @precondition(lambda self: self.pool is not None and self.refs)
+    @rule(data=st.data())
+    def release(self, data):
+        held = sorted(self.refs.elements())
+        batch = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=4))
+        want = Counter(batch)
+        if any(want[b] > self.refs[b] for b in want):
+            snap = self.pool.snapshot()
+            try:
+                self.pool.release(batch)
+            except Exception:
+                assert self.pool.snapshot() == snap
+                return
+            raise AssertionError("over-release succeeded")
+        freed = self.pool.release(batch)
+        self.refs.subtract(want)
+        self.refs = +self.refs
+        assert sorted(freed) == sorted(b for b in want if not self.refs[b])
+
+    @invariant()
+    def states_match_the_model(self):
+        if self.pool is None:
+            return
+        snap = self.pool.snapshot()
+        cached = self.cached()
+        for block in snap.blocks:
+            b = block.block_id
+            assert block.ref_count == self.refs[b]
+            assert (block.state is BlockState.IN_USE) == (block.ref_count > 0)
+            assert (block.state is BlockState.CACHED) == (b in cached)
+            assert (b in self.pool.policy) == (b in cached)  # in-use blocks are never candidates
+        assert self.pool.num_cached == len(cached) == snap.count(BlockState.CACHED)
+        in_use = snap.count(BlockState.IN_USE)
+        assert snap.count(BlockState.FREE) + snap.count(BlockState.CACHED) + in_use == len(
+            snap.blocks
+        )
+        assert self.pool.num_free == snap.count(BlockState.FREE)
+        assert self.pool.num_in_use == in_use
+        assert self.pool.free_pages() == snap.free_pages()
+
+
+TestPool = PoolMachine.TestCase
+
+
+TestPool.settings = STEPS

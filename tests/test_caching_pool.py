@@ -203,3 +203,71 @@ def test_a_release_answers_in_the_order_blocks_lost_their_last_reference():
     pool.share([plain])
     assert pool.release([plain, kept, other, plain]) == [kept, other, plain]
     assert pool.release_unchecked([]) == []
+
+
+# The manager's unchecked pool calls and hash chain: the same results as the checked calls.
+
+
+def _two_pools_in_the_same_state():
+    pools = []
+    for _ in range(2):
+        evicted = []
+        pool = BlockPool(8, 4, on_evict=evicted.append)
+        kept, plain, shared = pool.allocate(3)
+        pool.keep_content([kept])
+        pool.share([shared])
+        cached = pool.allocate(1)[0]
+        pool.keep_content([cached])
+        pool.release([cached])
+        pools.append((pool, [kept, plain, shared], cached, evicted))
+    return pools
+
+
+def _state(pool: BlockPool):
+    return pool.snapshot(), pool.num_free, pool.num_cached
+
+
+def _eviction_order(pool: BlockPool, evicted: list[int]) -> list[int]:
+    pool.evict_all_cached()  # in the policy's order
+    return evicted
+
+
+def test_release_unchecked_does_what_release_does():
+    (checked, table, _, out), (unchecked, same, _, out_too) = _two_pools_in_the_same_state()
+    freed = checked.release(table[::-1])
+    assert unchecked.release_unchecked(same[::-1]) == freed == table[1::-1]
+    assert _state(unchecked) == _state(checked)
+    kept, plain, shared = table
+    assert unchecked.state(kept) is BlockState.CACHED  # kept content: evictable
+    assert unchecked.state(plain) is BlockState.FREE
+    assert unchecked.ref_count(shared) == 1  # one holder left
+    assert _eviction_order(unchecked, out_too) == _eviction_order(checked, out)
+
+
+def test_share_unchecked_does_what_share_does_and_revives_a_cached_block():
+    (checked, table, cached, _), (unchecked, same, _, _) = _two_pools_in_the_same_state()
+    checked.share([cached, *table])
+    unchecked.share_unchecked([cached, *same])
+    assert _state(unchecked) == _state(checked)
+    assert unchecked.state(cached) is BlockState.IN_USE and cached not in unchecked.policy
+    assert unchecked.num_cached == 0
+
+
+def test_keep_content_unchecked_makes_a_released_block_cached():
+    pool = BlockPool(4, 4)
+    block, other = pool.allocate(2)
+    pool.keep_content_unchecked([block])
+    pool.release([block, other])
+    assert pool.state(block) is BlockState.CACHED and pool.state(other) is BlockState.FREE
+
+
+def test_the_unchecked_calls_still_go_through_the_checks_of_the_pool_below():
+    """The caching layer skips its own checks; a block it does not keep is counted below,
+    whose calls are checked: a double free or a share of a free block changes nothing."""
+    pool = CachingPool(RefCountPool(4, 4))
+    [block] = pool.allocate(1)
+    pool.release_unchecked([block])
+    for call in (pool.release_unchecked, pool.share_unchecked):
+        with pytest.raises(InvalidBlock):
+            call([block])
+    assert pool.num_free == 4

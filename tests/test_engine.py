@@ -1,9 +1,13 @@
 """The engine: exactly the tokens of dense decoding, whatever the cache had to do to get there."""
 
+import math
 import random
 from functools import cache
+from typing import Any, cast
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +15,13 @@ from paged_kv import InvalidArgument, PagedKVError
 from paged_kv.cache.eviction import POLICIES
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import TinyLM, greedy_dense
-from paged_kv.serving.scheduler import RequestStatus, SamplingParams, Scheduler
+from paged_kv.serving.scheduler import (
+    MAX_SEED,
+    MIN_TEMPERATURE,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+)
 
 NEW_TOKENS = 12
 
@@ -266,3 +276,179 @@ def test_the_demo_serves_requests_that_share_a_system_prompt(capsys):
     assert int(rows["generated tokens"]) == 60
     assert int(rows["prefill tokens saved (prefix hits)"]) > 0
     assert int(rows["preemptions"]) > 0
+
+
+# Token id 0 is a token like any other: in prompts, appends, hashes, the engine and the byte
+# tokenizer (it is the NUL byte). A falsy-value check (`if token:`, `0 < t`) anywhere would
+# drop or refuse it.
+
+
+class ZeroLovingLM(TinyLM):
+    """TinyLM whose logits always favour token 0, so the engine generates zeros."""
+
+    def forward(self, batch, kv):
+        logits = super().forward(batch, kv).clone()
+        logits[:, 0] = logits.max() + 100.0
+        return logits
+
+
+@cache
+def zero_model() -> ZeroLovingLM:
+    return ZeroLovingLM(seed=0)
+
+
+def test_prompts_with_token_zero_are_served_like_any_other():
+    prompts = [[0], [0, 0, 5], [7, 0, 0, 0, 0, 0, 0, 0, 0, 3]]
+    engine = Engine(model(), num_blocks=30, block_size=4)
+    arrays = [np.array([0, 0, 5]), torch.tensor([0])]
+    out = engine.generate([*prompts, "a\x00b", *arrays], 6)
+    assert [c.prompt_ids for c in out] == [*prompts, [97, 0, 98], [0, 0, 5], [0]]
+    for completion in out:
+        assert completion.token_ids == greedy_dense(model(), completion.prompt_ids, 6)
+
+
+def test_generated_zeros_are_appended_stopped_on_and_decoded():
+    engine = Engine(zero_model(), num_blocks=20, block_size=4)
+    rid = engine.add_request([0, 0, 0], SamplingParams(6))
+    engine.step()
+    engine.step()  # the first zero is now appended to the cache
+    assert engine.manager.token_ids(rid) == [0, 0, 0, 0]
+    engine.run()
+    completion = engine.completion(rid)
+    assert completion.token_ids == [0] * 6
+    assert completion.text == "\x00" * 6
+    [stopped] = engine.generate([[9, 9]], 6, stop_token_ids=[0])
+    assert stopped.token_ids == [0]  # 0 is a stop token like any other
+    sampled = engine.generate([[9, 9]], 4, temperature=1.0, seed=3)
+    assert sampled[0].token_ids == [0] * 4
+    assert torch.equal(torch.tensor(sampled[0].token_ids), torch.zeros(4, dtype=torch.long))
+
+
+# The serving layer's argument checks at their edges, and its documented defaults.
+
+
+def test_one_new_token_means_one_step_and_one_token():
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    rid = engine.add_request([3, 1, 4], SamplingParams(1))
+    engine.step()
+    assert not engine.has_unfinished()
+    assert engine.completion(rid).token_ids == greedy_dense(model(), [3, 1, 4], 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"num_blocks": 0},
+        {"num_blocks": True},
+        {"num_blocks": 8, "block_size": 0},
+        {"num_blocks": 8, "max_batch_tokens": 0},
+        {"num_blocks": 8, "max_running": 0},
+    ],
+)
+def test_engine_construction_edges(kwargs):
+    with pytest.raises(InvalidArgument):
+        Engine(model(), **kwargs)
+
+
+def test_a_request_may_fill_the_whole_cache_but_not_one_token_more():
+    engine = Engine(model(), num_blocks=4, block_size=4)
+    rid = engine.add_request(list(range(12)), SamplingParams(4))  # 16 tokens: 4 blocks
+    with pytest.raises(InvalidArgument, match="whole cache has 4"):
+        engine.add_request(list(range(13)), SamplingParams(4))  # 17 tokens: 5 blocks
+    assert list(engine.requests) == [rid] and len(engine.scheduler.waiting) == 1
+    engine.run()
+    assert len(engine.completion(rid).token_ids) == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_new_tokens": 0},
+        {"max_new_tokens": True},
+        {"temperature": -0.5},
+        {"temperature": math.nan},
+        {"temperature": 1e-45},  # once a RuntimeError from multinomial, mid-step
+        {"temperature": "1"},
+        {"temperature": math.inf},
+        {"temperature": 0.5, "seed": 1.5},
+        {"temperature": 0.5, "seed": 2**70},
+        {"temperature": 0.5, "seed": -1},
+        {"temperature": 0.5, "seed": MAX_SEED},  # + 1 for the second prompt: too big
+        {"salt": "\ud800"},  # once a UnicodeEncodeError while pricing, after queueing
+        {"salt": 5},
+        {"stop_token_ids": [-1]},
+        {"stop_token_ids": 5},
+    ],
+)
+def test_bad_generate_arguments_change_nothing(kwargs):
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    rid = engine.add_request([1, 2], SamplingParams(3))
+    engine.step()
+    before = engine.stats()
+    with pytest.raises(InvalidArgument):
+        engine.generate([[5, 6], [7]], **kwargs)
+    assert list(engine.requests) == [rid]
+    assert [r.request_id for r in engine.scheduler.running] == [rid]
+    assert not engine.scheduler.waiting
+    after = engine.stats()
+    assert (after.requests, after.steps, after.prompt_tokens) == (
+        before.requests,
+        before.steps,
+        before.prompt_tokens,
+    )
+    engine.run()
+    assert engine.completion(rid).token_ids == greedy_dense(model(), [1, 2], 3)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "match"),
+    [
+        (None, "a prompt is a str or a sequence"),
+        (5, "a prompt is a str or a sequence"),
+        ([2**63], "token ids"),  # once accepted, then a struct.error when its block filled
+        ([256], r"0\.\.255"),  # beyond the vocabulary
+        ([1.5], "token ids"),
+        (["a"], "token ids"),
+        ([], "empty"),
+    ],
+)
+def test_a_bad_prompt_is_refused_before_it_is_queued(prompt, match):
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    with pytest.raises(InvalidArgument, match=match):
+        engine.add_request(prompt)
+    with pytest.raises(InvalidArgument, match=match):
+        engine.generate([[1, 2], prompt])
+    assert not engine.requests and not engine.has_unfinished()
+    assert engine.stats().requests == 0
+    assert engine.generate([[1, 2]], max_new_tokens=2)[0].token_ids == greedy_dense(
+        model(), [1, 2], 2
+    )
+
+
+def test_add_request_takes_sampling_params_only():
+    engine = Engine(model(), num_blocks=8, block_size=4)
+    with pytest.raises(InvalidArgument, match="SamplingParams"):
+        engine.add_request([1, 2], cast(Any, {"max_new_tokens": 2}))
+    assert not engine.requests
+
+
+def test_a_str_is_one_prompt_and_a_list_of_ints_is_not_a_list_of_prompts():
+    engine = Engine(model(), num_blocks=16, block_size=4)
+    (one,) = engine.generate("hello", max_new_tokens=3)
+    assert one.prompt_ids == list(b"hello")
+    assert one.token_ids == engine.generate(["hello"], max_new_tokens=3)[0].token_ids
+    with pytest.raises(InvalidArgument, match="list of prompts"):
+        engine.generate(cast(Any, [1, 2, 3]))
+    with pytest.raises(InvalidArgument, match="list of prompts"):
+        engine.generate(cast(Any, None))
+    assert not engine.has_unfinished()
+
+
+def test_the_extreme_accepted_values_sample_finitely():
+    assert SamplingParams(seed=MAX_SEED).seed == MAX_SEED
+    assert SamplingParams(seed=0, stop_token_ids=cast(Any, [3])).stop_token_ids == (3,)
+    engine = Engine(model(), num_blocks=16, block_size=4)
+    (coldest,) = engine.generate([[1, 2, 3]], 4, temperature=MIN_TEMPERATURE, seed=MAX_SEED)
+    assert coldest.token_ids == greedy_dense(model(), [1, 2, 3], 4)  # as good as greedy
+    (hottest,) = engine.generate([[1, 2, 3]], 4, temperature=1e30, seed=0)
+    assert all(0 <= t < 256 for t in hottest.token_ids)  # uniform, but finite

@@ -1,5 +1,7 @@
 """Each policy against a brute-force reference of its own definition, and against Belady."""
 
+from __future__ import annotations
+
 import itertools
 from collections import deque
 
@@ -8,7 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, InvalidBlock
+from paged_kv.cache.arc import ARC
 from paged_kv.cache.eviction import FIFO, LFU, LRU, POLICIES, AgingLFU, EvictionPolicy, make_policy
+from paged_kv.cache.s3fifo import S3FIFO
+from paged_kv.cache.tinylfu import WTinyLFU
 from paged_kv.course.naive import HeapLFU
 from paged_kv.study.trace_replay import belady_hits, replay_trace
 
@@ -256,3 +261,65 @@ def test_lfu_structures_stay_the_size_of_what_is_tracked():
             heap.make_evictable(b)
         heap.touch(b)
     assert len(heap.heap) > 100 * len(heap)  # the seed design's garbage piles up
+
+
+# S3-FIFO, W-TinyLFU and ARC against plain references of their definitions, and what each is for.
+
+
+def with_long_scan_flood(rounds=40, scan=40):
+    """Requests reuse a 4-block system prompt; every 5th round a one-off scan floods in."""
+    trace, fresh = [], 100
+    for r in range(rounds):
+        trace += [*SYSTEM_PROMPT, fresh]
+        fresh += 1
+        if r % 5 == 4:
+            trace += list(range(fresh, fresh + scan))
+            fresh += scan
+    return trace
+
+
+def test_the_new_policies_keep_a_system_prompt_through_scans_that_flush_lru():
+    trace = with_long_scan_flood()
+    kept = {}
+    for name in ("lru", "s3fifo", "w-tinylfu", "arc"):
+        policy = make_policy(name)
+        hits = replay_trace(trace, 10, policy).hits
+        kept[name] = (sum(b in policy for b in SYSTEM_PROMPT), hits)
+    assert kept["lru"][0] == 0
+    for name in ("s3fifo", "w-tinylfu", "arc"):
+        assert kept[name][0] == 4, name
+        assert kept[name][1] > kept["lru"][1], name
+
+
+def test_ghosts_and_sketch_stay_proportional_to_the_cache():
+    for policy in (S3FIFO(), ARC(), WTinyLFU()):
+        replay_trace(range(20_000), 100, policy)  # a pure scan: every access a new block
+        ghosts = sum(len(v) for k, v in _ghost_lists(policy).items())
+        assert len(policy) == 100 and ghosts <= 200, (policy.name, ghosts)
+    assert WTinyLFU().sketch.capacity == 16
+    wt = WTinyLFU()
+    replay_trace(range(20_000), 100, wt)
+    assert wt.sketch.capacity <= 256 and wt.sketch.resets > 0
+
+
+def _ghost_lists(policy):
+    if isinstance(policy, S3FIFO):
+        return {"ghost": policy.queues()["ghost"]}
+    if isinstance(policy, ARC):
+        lists = policy.lists()
+        return {"b1": lists["b1"], "b2": lists["b2"]}
+    return {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=200), st.integers(1, 8))
+def test_the_new_policies_never_beat_belady(trace, capacity):
+    bound = belady_hits(trace, capacity).hits
+    for name in ("s3fifo", "w-tinylfu", "arc"):
+        assert replay_trace(trace, capacity, name).hits <= bound
+
+
+def test_the_new_policies_are_registered_by_name():
+    for name, cls in (("s3fifo", S3FIFO), ("w-tinylfu", WTinyLFU), ("arc", ARC)):
+        assert name in POLICIES and isinstance(make_policy(name), cls)
+        assert make_policy(name).name == name

@@ -1,4 +1,5 @@
 import contextlib
+from collections import Counter
 from typing import Any, cast
 
 import numpy as np
@@ -6,10 +7,14 @@ import pytest
 import torch
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from test_block_pool import STEPS
 
 from paged_kv import (
+    LRU,
+    BlockPool,
     BlockState,
+    CacheBusy,
     DuplicateSequence,
     InvalidArgument,
     KVCacheManager,
@@ -17,6 +22,8 @@ from paged_kv import (
     PagedKVError,
     UnknownSequence,
 )
+from paged_kv.cache import PrefixHitCounter
+from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.radix_cache import RadixCache
 
 
@@ -348,3 +355,573 @@ class RefusalMachine(RuleBasedStateMachine):
 
 TestRefusalMachine = RefusalMachine.TestCase
 TestRefusalMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+# The cache layer's argument checks at their edges, and its documented defaults.
+
+
+def test_the_smallest_manager_works_at_its_limits():
+    m = KVCacheManager(1, 1)
+    assert m.add_sequence("a", [5]) == m.block_table("a")
+    assert not m.can_append("a", 1) and m.can_append("a", 0)
+    assert m.can_allocate(0) and not m.can_allocate(1)
+    m.free_sequence("a")
+    assert m.can_allocate(1) and not m.can_allocate(2)
+    m3 = KVCacheManager(3, 1)
+    assert len(m3.add_sequence("a", [1, 2, 3])) == 3  # block_size 1: one block per token
+
+
+def test_allocation_and_eviction_names_are_checked():
+    with pytest.raises(InvalidArgument, match="allocation"):
+        KVCacheManager(8, 4, allocation="best_fit")
+    with pytest.raises(InvalidArgument, match="pack_pages"):
+        KVCacheManager(8, 4, allocation="pack_pages")  # needs pages
+    with pytest.raises(InvalidArgument):
+        KVCacheManager(8, 4, eviction="mru")
+
+
+def test_documented_defaults():
+    m = KVCacheManager(8)
+    assert m.block_size == 16 and m.pool.block_size == 16
+    assert isinstance(m.pool.policy, LRU)  # eviction="lru"
+    assert m.pool.blocks_per_page is None and m.pool.allocation == "fifo"
+    m.add_sequence("a", list(range(17)))
+    m.add_sequence("b", list(range(17)))
+    assert m.num_cached_tokens("b") == 16  # prefix caching is on
+    assert BlockPool(8).block_size == 16
+    counter = KVCacheManager(200, 1)
+    for i in range(101):
+        counter.add_sequence(i, [i])
+    assert counter.hit_rates().window_requests == 100  # hit_rate_window=100
+    assert PrefixHitCounter().window == 100
+
+
+@pytest.fixture
+def live():
+    m = KVCacheManager(8, 4)
+    m.add_sequence("a", list(range(6)))
+    m.fork("a", "b")
+    return m
+
+
+def state_with_hit_rates(m: KVCacheManager):
+    return m.snapshot(), m.stats(), m.hit_rates(), {s: m.token_ids(s) for s in m.sequence_ids}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.can_allocate(-1),
+        lambda m: m.can_allocate(True),
+        lambda m: m.can_allocate(1.0),
+        lambda m: m.can_append("a", -1),
+        lambda m: m.can_append("a", False),
+        lambda m: m.add_sequence("c", []),
+        lambda m: m.add_sequence("c", [1, -1]),
+        lambda m: m.add_sequence("c", [1, True]),
+        lambda m: m.add_sequence("c", [1, 2.0]),
+        lambda m: m.add_sequence("c", [1], salt=5),
+        lambda m: m.append_tokens("a", [-1]),
+        lambda m: m.append_tokens("a", [3, False]),
+        lambda m: m.num_prefix_hit_tokens([True]),
+        lambda m: m.slot_mapping("a", 0, 7),
+        lambda m: m.slot_mapping("a", -1),
+        lambda m: m.slot_mapping("a", 4, 3),
+    ],
+)
+def test_bad_values_raise_invalid_argument_and_change_nothing(live, call):
+    before = state_with_hit_rates(live)
+    with pytest.raises(InvalidArgument) as raised:
+        call(live)
+    assert isinstance(raised.value, ValueError)
+    assert state_with_hit_rates(live) == before
+
+
+def test_the_last_good_values_are_accepted(live):
+    assert live.can_allocate(0) and live.can_append("a", 0)
+    assert live.slot_mapping("a", 0, 6) == live.slot_mapping("a")
+    assert live.slot_mapping("a", 6, 6) == [] and live.slot_mapping("a", 0, 0) == []
+    assert live.append_tokens("a", []) == []
+    assert live.add_sequence("c", [0], salt="") == live.block_table("c")
+    assert live.add_sequence("d", [0], salt=b"") == live.block_table("d")
+
+
+def test_an_empty_prompt_is_refused_as_such(live):
+    before = state_with_hit_rates(live)
+    for empty in ([], (), iter([])):
+        with pytest.raises(InvalidArgument, match="at least one prompt token"):
+            live.add_sequence("c", empty)
+    assert state_with_hit_rates(live) == before
+
+
+@pytest.mark.parametrize(
+    "length, good, bad",
+    [
+        (13, [0, 4, 8, 12], [16, 3, 13, -4, True, 4.0]),  # room: 3 whole blocks
+        (12, [0, 4, 8], [12, 2]),  # the last prompt token is always computed
+        (1, [0], [4, 1]),  # no room at all
+    ],
+)
+def test_loaded_tokens_are_whole_blocks_before_the_last_prompt_token(length, good, bad):
+    m = KVCacheManager(16, 4)
+    for i, loaded in enumerate(good):
+        m.add_sequence(i, [100 + i] * length, num_loaded_tokens=loaded)
+        assert m.num_cached_tokens(i) == loaded
+    before = state_with_hit_rates(m)
+    for loaded in bad:
+        with pytest.raises(InvalidArgument, match="num_loaded_tokens"):
+            m.add_sequence("x", [7] * length, num_loaded_tokens=loaded)
+    assert state_with_hit_rates(m) == before
+
+
+def test_loaded_tokens_come_after_the_prefix_hits():
+    m = KVCacheManager(16, 4)
+    m.add_sequence("a", [*range(8), 99])  # registers two full blocks
+    prompt = [*range(8), *range(50, 55)]  # 13 tokens: 2 blocks hit, room for 1 more
+    m.add_sequence("b", prompt, num_loaded_tokens=4)
+    assert m.num_cached_tokens("b") == 12
+    before = state_with_hit_rates(m)
+    with pytest.raises(InvalidArgument, match="num_loaded_tokens"):
+        m.add_sequence("c", prompt, num_loaded_tokens=8)
+    assert state_with_hit_rates(m) == before
+
+
+# Token id 0 is a token like any other: in prompts, appends, hashes, the engine and the byte
+# tokenizer (it is the NUL byte). A falsy-value check (`if token:`, `0 < t`) anywhere would
+# drop or refuse it.
+
+
+def test_the_manager_stores_hashes_and_finds_zeros():
+    m = KVCacheManager(16, 4)
+    assert m.add_sequence("a", [0] * 9) == m.block_table("a")
+    assert m.num_tokens("a") == 9 and m.token_ids("a") == [0] * 9
+    assert m.append_tokens("a", [0, 0, 0]) == []  # fills the third block
+    assert m.token_ids("a") == [0] * 12 and m.num_tokens("a") == 12
+    assert len(m.append_tokens("a", [0])) == 1  # the 13th token needs a fourth block
+    assert m.token_ids("a") == [0] * 13
+    assert m.num_prefix_hit_tokens([0] * 13) == 12  # all three full blocks of zeros hit
+    assert m.num_prefix_hit_tokens([1] * 13) == 0
+    m.add_sequence("b", [0] * 13)
+    assert m.num_cached_tokens("b") == 12
+    assert m.block_table("b")[:3] == m.block_table("a")[:3]
+    assert m.stats().num_tokens == 26
+
+
+# `OutOfBlocks.requested` and `.available` when a new sequence's prefix hits revive cached
+# blocks: the hits are not counted among the blocks the rest of the prompt could have, since
+# sharing them takes them out of the cached (evictable) ones.
+
+
+BS = 4
+
+
+SYSTEM = list(range(100, 108))  # two full blocks
+
+
+def holders(m: KVCacheManager, count: int) -> list[str]:
+    """`count` one-token sequences, one block each: freeing one frees exactly one block."""
+    names = [f"h{i}" for i in range(count)]
+    for i, name in enumerate(names):
+        m.add_sequence(name, [1000 + i])
+    return names
+
+
+@pytest.mark.parametrize("live_first_block", [False, True])
+def test_available_excludes_the_cached_blocks_the_hits_revive(live_first_block):
+    m = KVCacheManager(10, BS)
+    m.add_sequence("a", [*SYSTEM, 1])  # 3 blocks; the two full ones are registered
+    if live_first_block:  # the first hit block stays in use: a hit, but nothing revived
+        m.add_sequence("c", [*SYSTEM[:4], 2])
+    m.free_sequence("a")  # its full blocks become cached, the partial one free
+    held = holders(m, m.stats().num_free_blocks - 2)  # leave 2 blocks free
+    stats = m.stats()
+    revived = 1 if live_first_block else 2
+    assert stats.num_free_blocks == 2 and stats.num_cached_blocks == revived
+    prompt = [*SYSTEM, *range(16)]  # 6 blocks: 2 hits, 4 to allocate
+    assert m.num_prefix_hit_tokens(prompt) == 8
+    snapshot = m.snapshot()
+
+    with pytest.raises(OutOfBlocks) as refused:
+        m.add_sequence("b", prompt)
+    real = stats.num_free_blocks + stats.num_cached_blocks - revived
+    assert refused.value.requested == 4
+    assert refused.value.available == real == 2
+    assert m.snapshot() == snapshot and "b" not in m
+
+    # Exactly `requested - available` more blocks are needed: one short still fails...
+    m.free_sequence(held.pop())
+    with pytest.raises(OutOfBlocks) as still:
+        m.add_sequence("b", prompt)
+    assert (still.value.requested, still.value.available) == (4, 3)
+    # ...and with that many freed, the add succeeds and uses up every block there was.
+    m.free_sequence(held.pop())
+    table = m.add_sequence("b", prompt)
+    assert m.num_cached_tokens("b") == 8 and len(table) == 6
+    stats = m.stats()
+    assert stats.num_free_blocks == 0 and stats.num_cached_blocks == 0
+
+
+def test_available_when_nothing_is_cached_is_the_free_count():
+    m = KVCacheManager(6, BS)
+    m.add_sequence("x", list(range(9)))  # 3 blocks, 2 registered but in use
+    with pytest.raises(OutOfBlocks) as refused:
+        m.add_sequence("y", list(range(50, 67)))  # 5 blocks, no hits
+    assert (refused.value.requested, refused.value.available) == (5, 3)
+    with pytest.raises(OutOfBlocks) as hits_in_use:
+        m.add_sequence("z", [*range(9), *range(60, 72)])  # 2 hits in use, 4 more needed
+    assert (hits_in_use.value.requested, hits_in_use.value.available) == (4, 3)
+
+
+# The manager's unchecked pool calls and hash chain: the same results as the checked calls.
+
+
+def test_a_freed_table_becomes_evictable_last_block_first():
+    m = KVCacheManager(4, 4)
+    table = m.add_sequence("a", list(range(16)))
+    m.free_sequence("a")
+    assert m.pool.num_cached == 4
+    assert [m.pool.allocate(1)[0] for _ in range(4)] == table[::-1]  # LRU evicts the tail first
+
+
+def test_a_new_sequence_indexes_only_the_blocks_after_its_hits():
+    m = KVCacheManager(16, 4)
+    m.add_sequence("a", list(range(13)))  # blocks 0-2 full and indexed
+    starts = []
+    register = m.prefix_cache.register_hashes
+
+    def spy(table, start, hashes):
+        starts.append(start)
+        return register(table, start, hashes)
+
+    m.prefix_cache.register_hashes = spy
+    m.add_sequence("b", list(range(17)))
+    assert m.num_cached_tokens("b") == 12 and starts == [3]
+    assert len(m.prefix_cache) == 4  # the hits once, the new full block
+
+
+@pytest.mark.parametrize("writer", ["parent", "child"])
+def test_after_a_fork_a_one_token_append_copies_the_shared_last_block(writer):
+    m = KVCacheManager(8, 4)
+    m.add_sequence("parent", [1, 2])  # one partly filled block: room for two more tokens
+    m.fork("parent", "child")
+    [shared] = m.block_table(writer)
+    m.append_tokens(writer, [3])
+    [copy] = m.block_table(writer)
+    assert copy != shared and m.pop_block_copies() == [(shared, copy)]
+    other = "child" if writer == "parent" else "parent"
+    assert m.block_table(other) == [shared] and m.pool.ref_count(shared) == 1
+
+
+# Random operation sequences keep every invariant of DESIGN.md (hypothesis stateful tests).
+
+
+class ManagerMachine(RuleBasedStateMachine):
+    """The manager with prefix caching and forks, against a model of what each block holds.
+
+    Prompts are drawn from a few shared stems and two salts, so prefixes really are shared.
+    The model records, for every full block a sequence wrote, the salt and every token up to
+    the block's end: a prefix hit must hand out a block holding exactly that.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.manager = KVCacheManager(
+            16, 4, blocks_per_page=4, allocation="pack_pages", eviction="lfu"
+        )
+        self.tokens: dict[int, list[int]] = {}
+        self.salt: dict[int, str] = {}
+        self.holds: dict[int, tuple] = {}  # block -> (salt, tokens up to its end) when full
+        self.next_id = 0
+
+    @rule(stem=st.integers(0, 2), length=st.integers(1, 22), salt=st.sampled_from(["a", "b"]))
+    def add(self, stem, length, salt):
+        seq, prompt = self.next_id, [stem * 100 + t for t in range(length)]
+        self.next_id += 1
+        snap = self.manager.snapshot()
+        try:
+            table = self.manager.add_sequence(seq, prompt, salt=salt)
+        except OutOfBlocks:
+            assert self.manager.snapshot() == snap and seq not in self.manager
+            return
+        hit_tokens = self.manager.num_cached_tokens(seq)
+        assert hit_tokens % 4 == 0 and hit_tokens <= length - 1  # never the last token
+        for i in range(hit_tokens // 4):  # a hit holds exactly this prefix, for this salt
+            assert self.holds.get(table[i]) == (salt, tuple(prompt[: (i + 1) * 4]))
+        assert len(table) == blocks_needed(length, 4)
+        self.tokens[seq], self.salt[seq] = prompt, salt
+        self.written(seq)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), n=st.integers(1, 6))
+    def append(self, data, n):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        snap, fits = self.manager.snapshot(), self.manager.can_append(seq, n)
+        try:
+            self.manager.append_tokens(seq, [7] * n)
+        except OutOfBlocks:
+            assert not fits and self.manager.snapshot() == snap
+            return
+        assert fits
+        for _src, dst in self.manager.pop_block_copies():  # copy-on-write: the copy holds it too
+            assert self.manager.pool.ref_count(dst) == 1
+        self.tokens[seq] += [7] * n
+        self.written(seq)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def fork(self, data):
+        parent = data.draw(st.sampled_from(sorted(self.tokens)))
+        child = self.next_id
+        self.next_id += 1
+        assert self.manager.fork(parent, child) == self.manager.block_table(parent)
+        self.tokens[child], self.salt[child] = list(self.tokens[parent]), self.salt[parent]
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def free(self, data):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        self.manager.free_sequence(seq)
+        del self.tokens[seq], self.salt[seq]
+
+    def written(self, seq):
+        """Record what the full blocks of `seq` hold now."""
+        toks, table = self.tokens[seq], self.manager.block_table(seq)
+        for i in range(len(toks) // 4):
+            self.holds[table[i]] = (self.salt[seq], tuple(toks[: (i + 1) * 4]))
+
+    @invariant()
+    def ref_counts_equal_block_table_references(self):
+        refs = Counter()
+        for seq in self.tokens:
+            refs.update(self.manager.block_table(seq))
+        snap = self.manager.snapshot()
+        for block in snap.blocks:
+            assert block.ref_count == refs[block.block_id]
+            assert (block.state is BlockState.IN_USE) == (block.ref_count > 0)
+            assert (block.block_id in self.manager.pool.policy) == (
+                block.state is BlockState.CACHED
+            )  # no in-use block is ever an eviction candidate
+
+    @invariant()
+    def sharers_agree_on_what_a_block_holds(self):
+        seen: dict[int, tuple] = {}
+        for seq, toks in self.tokens.items():
+            for i, block in enumerate(self.manager.block_table(seq)):
+                held = (self.salt[seq], tuple(toks[i * 4 : (i + 1) * 4]), i)
+                assert seen.setdefault(block, held) == held
+
+    @invariant()
+    def tables_slots_and_stats_agree(self):
+        stats = self.manager.stats()
+        assert (
+            stats.num_free_blocks + stats.num_in_use_blocks + stats.num_cached_blocks
+            == stats.num_blocks
+        )
+        assert stats.num_tokens == sum(len(t) for t in self.tokens.values())
+        assert stats.num_sequences == len(self.tokens)
+        assert stats.blocks_saved_by_sharing >= 0
+        for seq, toks in self.tokens.items():
+            table = self.manager.block_table(seq)
+            assert len(table) == blocks_needed(len(toks), 4)
+            assert self.manager.token_ids(seq) == toks
+            slots = self.manager.slot_mapping(seq)
+            assert [s // 4 for s in slots[::4]] == table
+
+
+TestManager = ManagerMachine.TestCase
+
+
+TestManager.settings = STEPS
+
+
+# Prefix caching: chained hashes, sharing, salts, forks with copy-on-write, reset, metrics.
+
+
+SHARED = list(range(100, 112))  # three full blocks of 4
+
+
+def test_a_second_request_hits_exactly_the_shared_full_blocks():
+    m = KVCacheManager(16, BS)
+    first = m.add_sequence("a", [*SHARED, 1, 2])
+    second = m.add_sequence("b", [*SHARED, 7, 8, 9])
+    assert m.num_cached_tokens("a") == 0 and m.num_cached_tokens("b") == 12
+    assert second[:3] == first[:3] and second[3] != first[3]
+    assert [m.pool.ref_count(b) for b in first[:3]] == [2, 2, 2]
+    assert m.stats().blocks_saved_by_sharing == 3
+
+
+def test_a_full_prompt_hit_still_computes_the_last_token():
+    m = KVCacheManager(16, BS)
+    m.add_sequence("a", SHARED)
+    m.free_sequence("a")
+    table = m.add_sequence("b", SHARED)
+    assert m.num_cached_tokens("b") == 8  # two blocks hit; the third holds the last token
+    assert m.pool.state(table[2]) is BlockState.IN_USE
+
+
+def test_freed_blocks_are_found_again_until_evicted():
+    m = KVCacheManager(4, BS)
+    m.add_sequence("a", [*SHARED[:8], 1])
+    m.free_sequence("a")
+    assert m.pool.num_cached == 2
+    m.add_sequence("b", [*SHARED[:8], 5])
+    assert m.num_cached_tokens("b") == 8
+    m.free_sequence("b")
+    m.add_sequence("c", list(range(200, 215)))  # needs all 4 blocks: evicts both cached
+    m.free_sequence("c")
+    m.add_sequence("d", [*SHARED[:8], 5])  # 1 free block + 2 of c's, now cached, evicted
+    assert m.num_cached_tokens("d") == 0
+    assert m.stats().evictions == 4
+
+
+def test_asking_for_prefix_hits_changes_nothing_and_agrees_with_adding():
+    m = KVCacheManager(8, BS, eviction="lfu")
+    m.add_sequence("a", [*SHARED, 1])
+    m.free_sequence("a")
+
+    def state():
+        return m.snapshot(), m.hit_rates(), [m.pool.policy.count(b) for b in range(8)]
+
+    before = state()
+    assert m.num_prefix_hit_tokens([*SHARED, 9]) == 12
+    assert m.num_prefix_hit_tokens(SHARED) == 8  # never the last token
+    assert m.num_prefix_hit_tokens([*SHARED, 9], salt="other") == 0
+    assert state() == before
+    m.add_sequence("b", [*SHARED, 9])
+    assert m.num_cached_tokens("b") == 12
+
+
+def test_salted_requests_never_share():
+    m = KVCacheManager(16, BS)
+    m.add_sequence("a", [*SHARED, 1], salt="tenant-1")
+    m.add_sequence("b", [*SHARED, 1], salt="tenant-2")
+    m.add_sequence("c", [*SHARED, 1], salt="tenant-1")
+    assert m.num_cached_tokens("b") == 0 and m.num_cached_tokens("c") == 12
+    assert not set(m.block_table("a")) & set(m.block_table("b"))
+
+
+def test_generated_tokens_are_registered_for_multi_turn_chat():
+    m = KVCacheManager(16, BS)
+    m.add_sequence("turn1", [1, 2, 3])
+    m.append_tokens("turn1", [4, 5, 6, 7, 8, 9])  # the answer fills blocks 0 and 1
+    m.free_sequence("turn1")
+    m.add_sequence("turn2", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10])  # history + new question
+    assert m.num_cached_tokens("turn2") == 8
+
+
+def test_lfu_counts_hits_per_block():
+    m = KVCacheManager(8, BS, eviction="lfu")
+    for i in range(3):
+        m.add_sequence(i, [*SHARED[:4], i])
+    assert m.pool.policy.count(m.block_table(0)[0]) == 3  # first use + two hits
+
+
+def test_fork_shares_everything_and_append_copies_the_shared_last_block():
+    m = KVCacheManager(16, BS)
+    parent = m.add_sequence("p", [1, 2, 3, 4, 5, 6])
+    assert m.fork("p", "c") == parent
+    assert [m.pool.ref_count(b) for b in parent] == [2, 2]
+    m.append_tokens("c", [70])
+    child = m.block_table("c")
+    assert child[0] == parent[0] and child[1] != parent[1]
+    assert m.pop_block_copies() == [(parent[1], child[1])]
+    assert m.pop_block_copies() == []
+    assert [m.pool.ref_count(b) for b in (parent[1], child[1])] == [1, 1]
+    m.append_tokens("p", [60])  # the parent's last block is its own again: no copy
+    assert m.pop_block_copies() == [] and m.block_table("p") == parent
+
+
+def test_appending_after_a_fork_at_a_block_boundary_needs_no_copy():
+    m = KVCacheManager(16, BS)
+    m.add_sequence("p", [1, 2, 3, 4])
+    m.fork("p", "c")
+    m.append_tokens("c", [5])
+    assert m.pop_block_copies() == [] and len(m.block_table("c")) == 2
+
+
+def test_two_live_blocks_with_the_same_content_keep_the_first_registration():
+    m = KVCacheManager(16, BS)
+    m.add_sequence("a", SHARED[:4])  # a prompt of one full block: never a hit, computed
+    m.add_sequence("b", SHARED[:4])  # computed again in its own block
+    a, b = m.block_table("a")[0], m.block_table("b")[0]
+    assert a != b and m.prefix_cache.hash_of(a) is not None and m.prefix_cache.hash_of(b) is None
+    m.free_sequence("b")
+    assert m.pool.state(b) is BlockState.FREE  # the duplicate is not cached
+
+
+def test_reset_refuses_while_blocks_are_in_use():
+    m = KVCacheManager(8, BS)
+    m.add_sequence("a", [*SHARED, 1])
+    with pytest.raises(CacheBusy, match="in use"):
+        m.reset_prefix_cache()
+    m.free_sequence("a")
+    assert m.reset_prefix_cache() == 3
+    m.add_sequence("b", [*SHARED, 1])
+    assert m.num_cached_tokens("b") == 0 and len(m.prefix_cache) == 3
+
+
+def test_prefix_caching_can_be_switched_off():
+    m = KVCacheManager(8, BS, prefix_caching=False)
+    m.add_sequence("a", [*SHARED, 1])
+    m.add_sequence("b", [*SHARED, 1])
+    assert m.num_cached_tokens("b") == 0 and m.prefix_cache is None
+    m.free_sequence("a")
+    assert m.pool.num_cached == 0
+
+
+def prepared_with_shared_prefix():
+    m = KVCacheManager(8, BS)
+    m.add_sequence("a", [*SHARED, 1])
+    return m
+
+
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        (lambda m: m.add_sequence("b", [1], salt=3), InvalidArgument),
+        (lambda m: m.add_sequence("b", [1], salt=["x"]), InvalidArgument),
+        (lambda m: m.add_sequence("b", [1, 2, 3, 4], extra_keys=(1.5,)), InvalidArgument),
+        (lambda m: m.fork("zz", "b"), UnknownSequence),
+        (lambda m: m.fork("a", "a"), DuplicateSequence),
+        (lambda m: m.add_sequence("a", [1]), DuplicateSequence),
+    ],
+)
+def test_bad_calls_change_nothing(action, error):
+    m = prepared_with_shared_prefix()
+    before = (m.snapshot(), m.stats(), m.hit_rates(), len(m.prefix_cache))
+    with pytest.raises(error):
+        action(m)
+    assert (m.snapshot(), m.stats(), m.hit_rates(), len(m.prefix_cache)) == before
+
+
+def test_appending_to_a_freed_sequence_is_refused():
+    m = prepared_with_shared_prefix()
+    m.free_sequence("a")
+    with pytest.raises(UnknownSequence):
+        m.append_tokens("a", [1])
+
+
+PROMPT = list(range(9))  # two full blocks of 4, then the last token
+
+
+@pytest.mark.parametrize("index", ["hash", "radix"])
+def test_only_the_same_salt_and_extra_keys_share_blocks(index):
+    m = KVCacheManager(64, 4, prefix_index=index)
+    namespaces = [
+        {"salt": "t1"},
+        {"salt": "t2"},
+        {"salt": b"t1"},  # bytes are not the str of the same letters
+        {},
+        {"extra_keys": ("lora-a",)},
+        {"extra_keys": ("lora-b",)},
+        {"salt": "t1", "extra_keys": ("lora-a",)},
+    ]
+    for i, namespace in enumerate(namespaces):
+        m.add_sequence(("first", i), PROMPT, **namespace)
+        assert m.num_cached_tokens(("first", i)) == 0, namespace  # nobody else's blocks
+    for i, namespace in enumerate(namespaces):
+        m.add_sequence(("again", i), PROMPT, **namespace)
+        assert m.num_cached_tokens(("again", i)) == 8, namespace  # its own, every time
+        assert m.block_table(("again", i))[:2] == m.block_table(("first", i))[:2]
+    tables = {tuple(m.block_table(("first", i))[:2]) for i in range(len(namespaces))}
+    assert len(tables) == len(namespaces)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from paged_kv.study.oracle import oracle_hits
 from paged_kv.study.trace_replay import belady_hits, replay_trace
-from paged_kv.study.workloads import RATED_WORKLOADS, WORKLOADS, RatedTrace, _zipf_weights
+from paged_kv.study.workloads import RATED_WORKLOADS, WORKLOADS, RatedTrace
 
 
 def test_oracle_keeps_the_likelier_block_where_lru_keeps_the_recent_one():
@@ -69,40 +69,3 @@ def test_rated_workloads_are_the_replayed_traces_and_the_oracle_stays_under_bela
         assert [c[0] for c in rated.changes] == sorted(c[0] for c in rated.changes)
         for capacity in (20, 60):
             assert oracle_hits(rated, capacity).hits <= belady_hits(rated.keys, capacity).hits
-
-
-def final_rates(rated: RatedTrace) -> dict[int, float]:
-    rates: dict[int, float] = {}
-    for _, key, rate in rated.changes:
-        rates[key] = rate
-    return rates
-
-
-def test_a_prefix_block_is_read_at_its_prefix_weight_and_a_private_one_never():
-    rated = RATED_WORKLOADS["shared-prefixes"](300, num_prefixes=10, prefix_blocks=2, seed=0)
-    rates, weights = final_rates(rated), _zipf_weights(10, 1.1)
-    assert all(rates[k] == pytest.approx(weights[k // 2]) for k in rates if k < 20)
-    assert all(rates[k] == 0.0 for k in rates if k >= 20)
-
-
-def test_a_phase_retires_the_last_phase_prefixes():
-    rated = RATED_WORKLOADS["shifting-popularity"](300, phases=3, num_prefixes=10, prefix_blocks=2)
-    rates = final_rates(rated)
-    assert all(rates.get(k, 0.0) == 0.0 for k in range(40))  # phases 0 and 1
-    assert any(rates.get(k, 0.0) > 0 for k in range(40, 60))  # phase 2, still live
-
-
-def test_chat_rates_add_up_to_the_open_sessions():
-    sessions, mean_turns, prompts = 4, 3.0, 50
-    rated = RATED_WORKLOADS["multi-turn-chat"](
-        200, num_system_prompts=prompts, system_blocks=2, active_sessions=sessions,
-        mean_turns=mean_turns, seed=2,
-    )  # fmt: skip
-    rates, weights = final_rates(rated), _zipf_weights(prompts, 1.0)
-    # Each system prompt: its open sessions / 4 + its weight / mean_turns; summed over the
-    # prompts, the open sessions' part is 1 (every session has one prompt).
-    seen = {k // 2 for k in rates if k < 2 * prompts}
-    open_part = sum(rates[2 * p] - weights[p] / mean_turns for p in seen)
-    assert open_part == pytest.approx(1.0)
-    # A session's own blocks: 1/4 while it has a turn to come, then 0.
-    assert {rates[k] for k in rates if k >= 2 * prompts} == {0.0, 1 / sessions}

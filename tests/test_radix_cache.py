@@ -9,16 +9,19 @@ leaves are ever evicted, and a hit holds exactly the tokens (and salt) asked for
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged_kv import BlockState, InvalidArgument, InvalidBlock, KVCacheManager, OutOfBlocks
 from paged_kv.cache.eviction import LRU, POLICIES
+from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache, blocks_on_path
+from paged_kv.cache.sequence import TokenSequence
 
 BS = 4
 
@@ -317,3 +320,87 @@ def test_leaf_first_with_nothing_evictable_raises_invalid_block():
     with pytest.raises(InvalidBlock, match="no evictable block"):
         policy.evict()
     assert policy.deferred == 0 and len(policy) == 0
+
+
+# Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the cache
+# layer: each test here kills at least one mutant that survived every other test of its module.
+
+
+BLOCK = 2
+
+
+PROMPTS = st.lists(
+    st.lists(st.integers(0, 2), min_size=BLOCK, max_size=5 * BLOCK), min_size=1, max_size=5
+)
+
+
+def _register(index, prompts):
+    """Index each prompt's full blocks in fresh block ids; return its (sequence, table)."""
+    next_id, out = 0, []
+    for tokens in prompts:
+        seq = TokenSequence(tokens)
+        full = len(tokens) // BLOCK
+        hits = index.match(seq, full)
+        table = hits + list(range(next_id, next_id + full - len(hits)))
+        next_id += full
+        index.register_blocks(seq, table, len(hits), full, None)
+        out.append((seq, table))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(PROMPTS, st.lists(st.integers(0, 2), max_size=5 * BLOCK))
+@example(prompts=[[0, 0, 1, 1, 2, 2]], query=[0, 0, 2, 2, 1, 1])
+@example(prompts=[[0, 0, 1, 1, 2, 2, 1, 1]], query=[0, 0, 2, 2, 1, 1, 1, 1])
+def test_radix_matches_exactly_the_blocks_the_hash_chain_matches(prompts, query):
+    """Both indexes hold the same prompts, so any query gets the same hits from each, even
+    one that agrees with a long edge on its first block and then differs. (First of the
+    index tests: the other tests match too, and a wrong match may loop forever.)"""
+    radix, chain = RadixCache(BLOCK), PrefixCache(BLOCK)
+    _register(radix, prompts)
+    _register(chain, prompts)
+    seq = TokenSequence(query)
+    for max_blocks in range(len(query) // BLOCK + 1):
+        assert radix.match(seq, max_blocks) == chain.match(seq, max_blocks)
+
+
+@settings(max_examples=150, deadline=None)
+@given(PROMPTS, st.lists(st.integers(0, 30), max_size=12))
+@example(prompts=[[0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 0, 0]], forgets=[0])
+@example(prompts=[[0, 0, 1, 1, 2, 2]], forgets=[0, 2])
+def test_radix_forgets_a_block_and_everything_indexed_after_it(prompts, forgets):
+    """The pool may evict any block (not only leaves): the index then holds no block at or
+    below it, never returns one from a match, and forgetting them again is harmless."""
+    radix = RadixCache(BLOCK)
+    registered = _register(radix, prompts)
+    gone: set[int] = set()
+    for block in forgets:
+        radix.forget(block)
+        for _seq, table in registered:
+            if block in table:
+                gone.update(table[table.index(block) :])
+        in_tree = {b for _, node in radix.nodes() for b in node.blocks}
+        assert not in_tree & gone
+        assert len(radix) == len(in_tree)
+        for b in gone:
+            assert radix.content_key(b) is None and radix.lock_of(b) == 0
+        for seq, _table in registered:
+            assert not set(radix.match(seq, len(seq) // BLOCK)) & gone
+
+
+@given(st.lists(st.integers(1, 3), min_size=2, max_size=5))
+def test_a_sequence_growing_alone_stays_one_edge_of_the_tree(steps):
+    """Registering a sequence's blocks as they fill extends its own leaf: one node, not a
+    chain of one node per registration."""
+    radix = RadixCache(BLOCK)
+    rng = random.Random(len(steps))
+    seq = TokenSequence([rng.randrange(5) for _ in range(steps[0] * BLOCK)])
+    table = list(range(steps[0]))
+    _, path = radix.register_blocks(seq, table, 0, steps[0], None)
+    for more in steps[1:]:
+        start = len(table)
+        seq.append([rng.randrange(5) for _ in range(more * BLOCK)])
+        table += range(start, start + more)
+        _, path = radix.register_blocks(seq, table, start, len(table), path)
+    assert [node.blocks for _, node in radix.nodes()] == [table]
+    assert radix.match(seq, len(table)) == table

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_tiers_base import MUTANTS_SPACE, TOY_FP
 
 from paged_kv.errors import CorruptBlock, InvalidArgument
 from paged_kv.tiers import (
@@ -341,3 +342,42 @@ def test_a_version_1_blob_is_refused_as_another_version():
     assert err.value.reason == "version"
     with pytest.raises(CorruptBlock):
         check_integrity(bytes(blob))
+
+
+# Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the tiers:
+# each test here kills at least one mutant that survived every other test of its module.
+
+
+@pytest.mark.parametrize("field", ["num_layers", "num_kv_heads", "head_dim", "block_size"])
+@pytest.mark.parametrize("bad", [0, -2, 1.5])
+def test_a_fingerprint_refuses_sizes_that_are_not_positive_ints(field, bad):
+    """A fingerprint names the payload's shape; a zero or fractional size names none."""
+    from paged_kv.errors import InvalidArgument
+
+    sizes = {"num_layers": 1, "num_kv_heads": 1, "head_dim": 2, "block_size": 2, field: bad}
+    with pytest.raises(InvalidArgument, match=field):
+        ModelFingerprint("toy", "ab" * 32, "float32", **sizes)
+
+
+def toy_payloads(n: int) -> list[bytes]:
+    return [torch.full(TOY_FP.payload_shape, float(i)).numpy().tobytes() for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    "block_hash",
+    [b"\x01" * 31, b"\x01" * 33, b"", "ab" * 16, None],
+    ids=["31-bytes", "33-bytes", "empty", "hex-text", "none"],
+)
+def test_encoding_refuses_a_block_hash_that_is_not_a_32_byte_digest(block_hash):
+    """A short hash would be padded with zeros and a long one cut, silently naming another
+    block in the header; anything else is refused with what to pass."""
+    from paged_kv.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="block_hash must be 32 bytes"):
+        encode_blob(
+            toy_payloads(1)[0],
+            dtype="float32",
+            shape=TOY_FP.payload_shape,
+            fingerprint=MUTANTS_SPACE.fingerprint_digest,
+            block_hash=block_hash,
+        )

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 
 import pytest
 import redis
 from redis.crc import key_slot
+from test_tiers_base import MUTANTS_SPACE
 from tiers_helpers import (
     BLOCK,
     model,
@@ -400,3 +402,44 @@ def test_a_breaker_cooldown_is_a_finite_number_of_seconds(cooldown):
 
     with pytest.raises(InvalidArgument, match="cooldown_s"):
         CircuitBreaker(3, cooldown)
+
+
+# Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the tiers:
+# each test here kills at least one mutant that survived every other test of its module.
+
+
+def test_the_redis_tier_asks_a_hung_server_once_per_call():
+    """No retry behind the breaker's back: a server that accepts and never answers costs one
+    connection and one timeout per call, and the call counts as an error."""
+    import socket
+
+    from paged_kv.tiers.redis_tier import RedisTier
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        tier = RedisTier(
+            f"redis://127.0.0.1:{server.getsockname()[1]}/0",
+            socket_timeout=0.1,
+            connect_timeout=0.1,
+            failure_threshold=10,
+        )
+        assert tier.contains([MUTANTS_SPACE.key(b"\x00" * 32)]) == [False]
+        assert len(accepted) == 1
+        assert tier.stats().operations == {("contains", "error"): 1}
+        tier.close()
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()

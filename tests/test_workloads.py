@@ -1,7 +1,12 @@
+from __future__ import annotations
+
 import pytest
 
 from paged_kv.study.workloads import (
+    RATED_WORKLOADS,
     WORKLOADS,
+    RatedTrace,
+    _zipf_weights,
     prefixes_with_scans,
     shared_prefixes,
     shifting_popularity,
@@ -73,3 +78,44 @@ def test_multi_turn_chat_rereads_each_session_and_its_system_prompt():
     assert len(reused) > 0.5 * len(set(fresh))
     with pytest.raises(Exception, match="mean_turns"):
         multi_turn_chat(10, mean_turns=0.5)
+
+
+# The A0 oracle on traces small enough to follow by hand, never above Belady,
+# and the workloads' rates, which must describe the very traces the policies replay.
+
+
+def final_rates(rated: RatedTrace) -> dict[int, float]:
+    rates: dict[int, float] = {}
+    for _, key, rate in rated.changes:
+        rates[key] = rate
+    return rates
+
+
+def test_a_prefix_block_is_read_at_its_prefix_weight_and_a_private_one_never():
+    rated = RATED_WORKLOADS["shared-prefixes"](300, num_prefixes=10, prefix_blocks=2, seed=0)
+    rates, weights = final_rates(rated), _zipf_weights(10, 1.1)
+    assert all(rates[k] == pytest.approx(weights[k // 2]) for k in rates if k < 20)
+    assert all(rates[k] == 0.0 for k in rates if k >= 20)
+
+
+def test_a_phase_retires_the_last_phase_prefixes():
+    rated = RATED_WORKLOADS["shifting-popularity"](300, phases=3, num_prefixes=10, prefix_blocks=2)
+    rates = final_rates(rated)
+    assert all(rates.get(k, 0.0) == 0.0 for k in range(40))  # phases 0 and 1
+    assert any(rates.get(k, 0.0) > 0 for k in range(40, 60))  # phase 2, still live
+
+
+def test_chat_rates_add_up_to_the_open_sessions():
+    sessions, mean_turns, prompts = 4, 3.0, 50
+    rated = RATED_WORKLOADS["multi-turn-chat"](
+        200, num_system_prompts=prompts, system_blocks=2, active_sessions=sessions,
+        mean_turns=mean_turns, seed=2,
+    )  # fmt: skip
+    rates, weights = final_rates(rated), _zipf_weights(prompts, 1.0)
+    # Each system prompt: its open sessions / 4 + its weight / mean_turns; summed over the
+    # prompts, the open sessions' part is 1 (every session has one prompt).
+    seen = {k // 2 for k in rates if k < 2 * prompts}
+    open_part = sum(rates[2 * p] - weights[p] / mean_turns for p in seen)
+    assert open_part == pytest.approx(1.0)
+    # A session's own blocks: 1/4 while it has a turn to come, then 0.
+    assert {rates[k] for k in rates if k >= 2 * prompts} == {0.0, 1 / sessions}

@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from paged_kv.cache import block_hashes, hash_block, hashing
+from paged_kv.cache.hashing import BlockHashChain
 
 EXPECTED_DOMAIN = b"paged_kv.block.v1"
 
@@ -133,3 +134,60 @@ def test_str_salted_hashes_do_not_depend_on_pythonhashseed():
     here = ",".join(h.hex() for h in block_hashes(list(range(12)), 4, salt="tenant-a"))
     assert runs == {here}
     assert here.split(",")[0] != CHAIN_OF_3[0]  # the salt really is mixed in
+
+
+# Token id 0 is a token like any other: in prompts, appends, hashes, the engine and the byte
+# tokenizer (it is the NUL byte). A falsy-value check (`if token:`, `0 < t`) anywhere would
+# drop or refuse it.
+
+
+def test_zero_blocks_hash_differently_from_other_blocks_and_from_nothing():
+    zeros = block_hashes([0] * 8, 4)
+    assert len(zeros) == 2 and zeros[0] != zeros[1]
+    assert zeros != block_hashes([1] * 8, 4)
+    assert block_hashes([0, 0, 0, 5], 4) != block_hashes([0, 0, 5, 0], 4)
+
+
+# The manager's unchecked pool calls and hash chain: the same results as the checked calls.
+
+
+@pytest.mark.parametrize("salt, extra_keys", [(None, ()), ("tenant", ("lora", 3))])
+def test_a_hash_chain_continues_where_it_stopped(salt, extra_keys):
+    tokens = list(range(40))
+    want = block_hashes(tokens, 8, salt=salt, extra_keys=extra_keys)
+    chain = BlockHashChain(8, salt=salt, extra_keys=extra_keys)
+    first = chain.hashes(tokens[:20])  # two full blocks; the partial third has no hash
+    assert first == want[:2]
+    assert chain.hashes(tokens[16:], parent=first[-1]) == want[2:]
+    assert chain.hashes(tokens[:7]) == []
+
+
+# Prefix caching: chained hashes, sharing, salts, forks with copy-on-write, reset, metrics.
+
+
+def test_hash_chains_the_parent_so_equal_blocks_at_different_places_differ():
+    a = block_hashes([1, 2, 3, 4, 1, 2, 3, 4], 4)
+    assert len(a) == 2 and a[0] != a[1]  # same tokens, different prefix
+    assert a[1] == hash_block(a[0], [1, 2, 3, 4])
+    assert block_hashes([1, 2, 3], 4) == []  # a partial block has no hash
+    assert block_hashes([1, 2, 3, 4], 4, extra_keys=("lora-a",)) != block_hashes([1, 2, 3, 4], 4)
+    assert block_hashes([1, 2, 3, 4], 4, salt="t1") != block_hashes([1, 2, 3, 4], 4, salt=b"t1")
+
+
+def test_hashes_are_identical_across_processes_with_different_hash_seeds():
+    code = (
+        "from paged_kv.cache.hashing import block_hashes;"
+        "print([h.hex() for h in block_hashes(list(range(40)), 16, salt='tenant', "
+        "extra_keys=('adapter', 3))])"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "12345")
+    }
+    assert len(outputs) == 1 and "[" in outputs.pop()

@@ -1,11 +1,28 @@
-"""A `TokenSequence` handed to `add_sequence` is adopted, not copied: while it is live, the
-manager alone appends to it and no second sequence may adopt it; once freed, its owner (a
-preempted request) appends again and readmits it, hitting its own cached blocks."""
+"""paged_kv.cache.sequence: a token sequence, its hashes and who owns it."""
 
 import pytest
 
 from paged_kv import InvalidArgument, KVCacheManager
-from paged_kv.cache import TokenSequence, block_hashes
+from paged_kv.cache import block_hashes
+from paged_kv.cache.sequence import TokenSequence
+
+# Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the cache
+# layer: each test here kills at least one mutant that survived every other test of its module.
+
+
+@pytest.mark.parametrize("block_size", [0, -4, 2.0, "4"])
+def test_a_sequence_refuses_a_block_size_that_is_not_a_positive_int(block_size):
+    """Fresh, or already hashed at another size: never a silent empty list or a crash."""
+    fresh, hashed = TokenSequence(range(8)), TokenSequence(range(8))
+    hashed.full_block_hashes(4)
+    for seq in (fresh, hashed):
+        with pytest.raises(InvalidArgument):
+            seq.full_block_hashes(block_size)
+
+
+# A `TokenSequence` handed to `add_sequence` is adopted, not copied: while it is live, the
+# manager alone appends to it and no second sequence may adopt it; once freed, its owner (a
+# preempted request) appends again and readmits it, hitting its own cached blocks.
 
 
 def state(m: KVCacheManager):

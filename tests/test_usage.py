@@ -1,12 +1,15 @@
-"""`KVCacheManager.stats()` keeps running counts; they must equal a recount from the block
-tables after any mix of adds, appends, forks, frees and preemptions (free the newest, add it
-back later with its generated tokens, as the scheduler's recompute does)."""
+"""paged_kv.cache.usage: the manager's `stats()`, kept in O(1), against a recount."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import KVCacheManager, OutOfBlocks
+
+# `KVCacheManager.stats()` keeps running counts; they must equal a recount from the block
+# tables after any mix of adds, appends, forks, frees and preemptions (free the newest, add it
+# back later with its generated tokens, as the scheduler's recompute does).
+
 
 BS = 4
 

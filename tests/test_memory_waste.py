@@ -86,27 +86,3 @@ def test_bad_arguments():
         simulate_memory_waste([Request(10, 10)], "max", budget_tokens=100, max_len=2048)
     with pytest.raises(InvalidArgument):
         simulate_memory_waste([Request(10, 10)], "lifo", budget_tokens=10_000)
-
-
-@pytest.mark.parametrize("policy", ["lru", "lfu", "lfu-aging"])
-def test_replaying_through_a_real_pool_gives_the_same_hits(policy):
-    from paged_kv.study.trace_replay import replay_trace, trace_frames
-    from paged_kv.study.workloads import shared_prefixes
-
-    trace = shared_prefixes(200, seed=3)
-    frames = trace_frames(trace, 40, policy)
-    assert sum(f.hit for f in frames) == replay_trace(trace, 40, policy).hits
-    assert all(sum(k is not None for k in f.keys) <= 40 for f in frames)
-    last = frames[-1]
-    assert last.keys[last.block] == trace[-1]
-
-
-def test_replaying_chats_saves_prefill_and_eviction_costs_some():
-    from paged_kv.study.token_chats import chat_sessions
-    from paged_kv.study.trace_replay import replay_requests
-
-    chats = chat_sessions(30, turns=3, seed=2)
-    roomy = replay_requests(chats, num_blocks=5000, block_size=16)
-    tight = replay_requests(chats, num_blocks=80, block_size=16, eviction="lfu")
-    assert roomy.prompt_tokens == sum(len(p) for p, _ in chats)
-    assert 0 < tight.hit_tokens < roomy.hit_tokens and roomy.saved > 0.5

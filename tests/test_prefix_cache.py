@@ -1,0 +1,31 @@
+"""paged_kv.cache.prefix_cache: the hash-chain prefix index."""
+
+import pytest
+from hypothesis import given, settings
+from test_radix_cache import BLOCK, PROMPTS, _register
+
+from paged_kv.cache.prefix_cache import PrefixCache
+from paged_kv.cache.radix_cache import RadixCache
+
+# Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the cache
+# layer: each test here kills at least one mutant that survived every other test of its module.
+
+
+@settings(max_examples=80, deadline=None)
+@given(PROMPTS)
+@pytest.mark.parametrize("make", [PrefixCache, RadixCache], ids=["hash", "radix"])
+def test_content_keys_name_the_content_of_indexed_blocks(make, prompts):
+    """Eviction policies remember a block by its content key: equal for the same prefix
+    content, different otherwise, and none for a block the index does not hold."""
+    index = make(BLOCK)
+    content = {}  # indexed block -> its tokens from the start of the prompt to its end
+    for seq, table in _register(index, prompts):
+        for i, block in enumerate(table):
+            content.setdefault(block, tuple(seq.token_ids[: (i + 1) * BLOCK]))
+    indexed = [b for b in content if index.content_key(b) is not None]
+    assert len(indexed) == len(index)
+    for a in indexed:
+        for b in indexed:
+            same = index.content_key(a) == index.content_key(b)
+            assert same == (content[a] == content[b]), (a, b)
+    assert index.content_key(10_000) is None
