@@ -53,7 +53,8 @@ def count_lines_by_function(fn: Callable[[], Any]) -> tuple[int, Counter[str]]:
         if event == "line":
             total += 1
             if not name.startswith(_CHECKS):
-                mine[frame.f_code.co_qualname.replace(".<locals>", "")] += 1
+                code = frame.f_code  # co_qualname is Python 3.11+; 3.10 has co_name only
+                mine[getattr(code, "co_qualname", code.co_name).replace(".<locals>", "")] += 1
         return tracer
 
     previous = sys.gettrace()
