@@ -93,3 +93,22 @@ def pytest_sessionstart(session):
             cpu_decode.build(out=sys.stdout)
         except cpu_decode.BuildError as err:
             print(f"paged_kv: the C++ CPU decode kernel did not build: {err}", flush=True)
+
+
+NOTEBOOK_SECONDS: dict[str, float] = {}
+"""Each notebook's run time so far (its cells' setup, call and teardown), by path."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Adds up each notebook's cells for the summary below."""
+    path = report.nodeid.split("::")[0]
+    if path.endswith(".ipynb"):
+        NOTEBOOK_SECONDS[path] = NOTEBOOK_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Prints every notebook's run time: each chapter is to run in under a minute on 2 cores."""
+    if NOTEBOOK_SECONDS:
+        terminalreporter.section("notebook run times")
+        for path, seconds in sorted(NOTEBOOK_SECONDS.items()):
+            terminalreporter.write_line(f"{seconds:6.1f} s  {path}")

@@ -101,3 +101,26 @@ def test_the_kernel_builds_silently_once_and_later_processes_just_load_it(
     later = run(USE_THE_KERNEL, cuda_looking_env)
     assert later.returncode == 0 and later.stderr == "", later.stderr
     assert later.stdout.splitlines() == ["imported torch's extension builder: False"]
+
+
+def test_a_build_in_this_process_leaves_its_folder_where_it_was(tmp_path, monkeypatch):
+    """torch's `load` appends its libraries to the flag lists it is given; were they the ones
+    that key `build_dir()`, the process that built the kernel (a test session) would look for
+    it in another folder, build it again and load a second copy, which aborts the process."""
+    import torch.utils.cpp_extension as extension
+
+    from paged_kv.attention import cpu_decode
+
+    def load_as_torch_does(*, extra_cflags, extra_ldflags, build_directory, **kwargs):
+        extra_cflags.append("-DTORCH_EXTENSION_NAME=x")
+        extra_ldflags += ["-L/torch/lib", "-ltorch"]
+        library = Path(build_directory) / "paged_kv_cpu_decode.so"
+        library.write_bytes(b"")  # a stand-in: nothing here loads it
+        return str(library)
+
+    monkeypatch.setenv("PAGED_KV_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(extension, "load", load_as_torch_does)
+    before = cpu_decode.build_dir()
+    library = cpu_decode.build()
+    assert cpu_decode.build_dir() == before
+    assert cpu_decode.built_library() == library == before / "paged_kv_cpu_decode.so"

@@ -47,8 +47,8 @@ LANES = 16  # floats per vector in the kernel; head_dim must be a multiple of it
 
 
 NAME = "paged_kv_cpu_decode"
-CFLAGS = ["-O3", "-fopenmp"]
-LDFLAGS = ["-fopenmp"]
+CFLAGS = ("-O3", "-fopenmp")
+LDFLAGS = ("-fopenmp",)  # tuples: torch's `load` appends to the lists it is given
 _BUILT = "built.txt"  # written last: names the library, which is then whole
 
 
@@ -189,8 +189,8 @@ def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = F
             library = load(
                 name=NAME,
                 sources=[str(source)],
-                extra_cflags=CFLAGS,
-                extra_ldflags=LDFLAGS,
+                extra_cflags=list(CFLAGS),  # copies: they key build_dir(), and torch appends
+                extra_ldflags=list(LDFLAGS),  # its libraries to the list, in place
                 build_directory=str(folder),
                 is_python_module=False,  # a torch operator library: no pybind11 to compile
                 verbose=False,
