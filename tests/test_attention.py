@@ -384,3 +384,21 @@ def test_prefill_reference_backend_is_the_reference():
     out = paged_prefill(new, k_cache, v_cache, tables[0], n, backend="reference")
     assert torch.equal(out, reference_prefill(new, k_cache, v_cache, tables[0], n))
     assert torch.equal(out, paged_prefill(new, k_cache, v_cache, tables[0], n))
+
+
+@pytest.mark.parametrize(
+    ("layer", "table", "num_tokens", "error"),
+    [
+        (2, [0], 1, InvalidArgument),  # no such layer
+        (0, [0], 5, InvalidArgument),  # more tokens than one block of 4 holds
+        (0, [0], -1, InvalidArgument),
+        (0, [9], 1, InvalidBlock),  # the cache has blocks 0..8
+        (0, [-1], 1, InvalidBlock),
+    ],
+)
+def test_gather_refuses_what_its_table_cannot_hold(layer, table, num_tokens, error):
+    storage = KVStorage(2, 9, 4, 2, 4)
+    with pytest.raises(error):
+        storage.gather(layer, table, num_tokens)
+    k, v = storage.gather(0, [8, -1], 4)  # padding past the used blocks is not read
+    assert k.shape == v.shape == (4, 2, 4)

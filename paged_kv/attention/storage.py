@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import torch
 
 from paged_kv.cache.block_table import blocks_needed
-from paged_kv.errors import InvalidArgument
-from paged_kv.validation import require_positive_int
+from paged_kv.errors import InvalidArgument, InvalidBlock
+from paged_kv.validation import require_int, require_positive_int
 
 
 class KVStorage:
@@ -64,8 +64,25 @@ class KVStorage:
     def gather(
         self, layer: int, block_table: Sequence[int], num_tokens: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A sequence's K and V, `[num_tokens, num_kv_heads, head_dim]`, read through its table."""
+        """A sequence's K and V, `[num_tokens, num_kv_heads, head_dim]`, read through its table.
+
+        `InvalidArgument` for a layer or a length the table cannot hold, `InvalidBlock` for a
+        block id the sequence uses that is not one of the cache's."""
+        if not 0 <= require_int("layer", layer) < len(self.k):
+            raise InvalidArgument(f"layer {layer} is not one of this storage's {len(self.k)}.")
         table = torch.as_tensor(block_table, dtype=torch.long, device=self.k[layer].device)
+        num_blocks, block_size = self.k[layer].shape[:2]
+        if table.dim() != 1 or not 0 <= require_int("num_tokens", num_tokens) <= (
+            table.shape[0] * block_size
+        ):
+            raise InvalidArgument(
+                f"a table of {table.shape[0]} block(s) of {block_size} holds 0.."
+                f"{table.shape[0] * block_size} tokens, not {num_tokens}; pass the sequence's "
+                "own block table and length."
+            )
+        used = table[: blocks_needed(num_tokens, block_size)]
+        if len(used) and not (int(used.min()) >= 0 and int(used.max()) < num_blocks):
+            raise InvalidBlock(f"the table uses a block outside the cache's 0..{num_blocks - 1}.")
         return gather_kv(self.k[layer], self.v[layer], table, num_tokens)
 
 
