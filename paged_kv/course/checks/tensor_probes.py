@@ -16,6 +16,7 @@ import gc
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,10 +146,15 @@ def _outcome(fn: Callable[..., Any], what: str, code: str, line: str, arguments:
 def _live_tensor_bytes() -> int:
     """Bytes of the distinct storages of every tensor alive in the process."""
     storages: dict[int, int] = {}
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and obj.layout is torch.strided:
-            storage = obj.untyped_storage()  # (sparse tensors have none; none is a tile)
-            storages[storage.data_ptr()] = storage.nbytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fake tensor (torch.compile's) warns or raises here
+        for obj in gc.get_objects():
+            if issubclass(type(obj), torch.Tensor) and obj.layout is torch.strided:
+                try:  # (sparse tensors have no storage, fake ones no data: none is a tile)
+                    storage = obj.untyped_storage()
+                    storages[storage.data_ptr()] = storage.nbytes()
+                except (RuntimeError, NotImplementedError, UserWarning):
+                    continue
     return sum(storages.values())
 
 
