@@ -123,3 +123,23 @@ def test_gpu_chapters_carry_the_accelerator_metadata():
         nb = json.loads(path.read_text())
         uses_cuda = "torch.cuda" in path.read_text()
         assert (nb["metadata"].get("accelerator") == "GPU") == uses_cuda, path.name
+
+
+def test_the_which_policy_table_is_one_table_in_chapter_03_the_appendix_and_the_readme():
+    def table(text: str) -> list[str]:
+        start = text.index("| traffic |")
+        rows = []
+        for line in text[start:].splitlines():
+            if not line.startswith("|"):
+                break
+            rows.append(line)
+        return rows
+
+    def markdown(name: str) -> str:
+        cells = nbformat.read(ROOT / "notebooks" / name, as_version=4).cells
+        return "\n\n".join(c.source for c in cells if c.cell_type == "markdown")
+
+    chapter = table(markdown("03_eviction.ipynb"))
+    assert len(chapter) >= 4
+    assert table(markdown("03b_eviction_beyond_lfu.ipynb")) == chapter
+    assert table((ROOT / "README.md").read_text()) == chapter
