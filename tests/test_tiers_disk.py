@@ -75,6 +75,19 @@ def test_a_key_whose_namespace_is_not_a_plain_name_is_refused_before_any_write(t
     assert files(tmp_path) == [], "not even the valid first item was written"
 
 
+def test_the_quarantine_folder_is_no_namespace(tmp_path):
+    tier = DiskTier(tmp_path / "root")
+    (_, blob), *_ = blobs(1)
+    key = f"quarantine:{SPACE.prefix.split(':')[1]}:{'0' * 64}"
+    for call in (
+        lambda: tier.put_many([(SPACE.key(b"\1" * 32), blob), (key, blob)]),
+        lambda: tier.get_many([key]),
+    ):
+        with pytest.raises(InvalidArgument, match="quarantine"):
+            call()
+    assert files(tmp_path) == [], "not even the valid first item was written"
+
+
 def test_a_namespace_directory_linked_outside_the_root_is_never_written_or_read(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -98,6 +98,11 @@ class DiskTier(Tier):
 
     def path_of(self, key: Key) -> Path:
         namespace, fingerprint, block_hash = parse_key(key)
+        if namespace == QUARANTINE:  # its files would mix with refused ones, unindexed
+            raise InvalidArgument(
+                f"the namespace {QUARANTINE!r} is the disk tier's folder for files that fail "
+                "verification; pick another namespace."
+            )
         return self.root / namespace / fingerprint / block_hash[:2] / f"{block_hash}{SUFFIX}"
 
     # -- the interface ---------------------------------------------------------------------
