@@ -280,6 +280,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_validation.py",
     ),
     "paged_kv/cache/block_ids.py": (
+        "tests/test_block_ids.py",
         "tests/test_block_pool.py",
         "tests/test_caching_pool.py",
         "tests/test_manager.py",
