@@ -65,7 +65,8 @@ def _play(manager_cls: Callable[[Any], Any]) -> Callable[[list[Any], Trial], Non
             if kind == "add":
                 duplicate = bool(pick <= 0.1 and live)
                 seq = live[0] if duplicate else f"s{number}"
-                _add(trial, mine, ref, seq, list(range(max(k, duplicate))) if pick < 0.95 else [])
+                empty = pick >= 0.95 or (duplicate and k == 0)  # a live id: still a duplicate
+                _add(trial, mine, ref, seq, [] if empty else list(range(max(k, duplicate))))
             elif kind == "append":
                 tokens = list(range(100, 100 + k % 7))
                 handed = trial.hand(tokens)
