@@ -415,9 +415,9 @@ def _is_namespace(value: object) -> TypeGuard[str]:
 
 
 def _dtype(name: object) -> tuple[int, int]:
-    if name not in DTYPES:
+    if not isinstance(name, str) or name not in DTYPES:
         raise InvalidArgument(f"dtype {name!r} is not storable; use one of {sorted(DTYPES)}.")
-    return DTYPES[name]  # type: ignore[index]
+    return DTYPES[name]
 
 
 def _shape(shape: Sequence[int]) -> tuple[int, ...]:

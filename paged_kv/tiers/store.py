@@ -145,6 +145,8 @@ class TieredStore:
 
     def key_space(self, fingerprint: object) -> KeySpace:
         """The keys of one model's blocks in this store's namespace."""
+        # KeySpace refuses anything but a ModelFingerprint with a typed error, so the argument
+        # stays `object` here and the refusal has one place
         return KeySpace(self.namespace, fingerprint)  # type: ignore[arg-type]
 
     def _open(self, space: object) -> KeySpace:

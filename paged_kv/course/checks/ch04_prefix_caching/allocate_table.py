@@ -355,5 +355,5 @@ def _pool_state(pool: BlockPool) -> tuple:
     return tuple((pool.ref_count(b), pool.state(b)) for b in range(pool.num_blocks)), (
         pool.num_free,
         pool.num_cached,
-        list(pool.policy._order),  # type: ignore[union-attr]
+        list(pool.policy._order),  # type: ignore[union-attr]  # the LRU this check builds
     )
