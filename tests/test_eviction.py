@@ -266,20 +266,8 @@ def test_lfu_structures_stay_the_size_of_what_is_tracked():
 # S3-FIFO, W-TinyLFU and ARC against plain references of their definitions, and what each is for.
 
 
-def with_long_scan_flood(rounds=40, scan=40):
-    """Requests reuse a 4-block system prompt; every 5th round a one-off scan floods in."""
-    trace, fresh = [], 100
-    for r in range(rounds):
-        trace += [*SYSTEM_PROMPT, fresh]
-        fresh += 1
-        if r % 5 == 4:
-            trace += list(range(fresh, fresh + scan))
-            fresh += scan
-    return trace
-
-
 def test_the_new_policies_keep_a_system_prompt_through_scans_that_flush_lru():
-    trace = with_long_scan_flood()
+    trace = with_scan_flood(rounds=40)
     kept = {}
     for name in ("lru", "s3fifo", "w-tinylfu", "arc"):
         policy = make_policy(name)
