@@ -1,14 +1,17 @@
-"""Wrong answers as data: each tests/wrong/chNN/<name>.py overrides a piece of chapter NN's
+"""Wrong answers as data: each tests/wrong/chNN/<name>.py changes a piece of chapter NN's
 solution (loaded from the solution notebook, never copied) and must fail the check its header
 names with the cause key its header names. Right answers (the solutions, and the library's
 own classes) pass every check.
 
-A wrong answer's file starts with two lines:
+A wrong answer's file starts with one line, then Python run in the namespace of the solution
+notebook's cells (check cells left out):
 
-    # expect: <cause key, or not_done for a stub>
-    # check: <the check call, e.g. check_allocate(TakesBeforeChecking)>
+    # expect: <cause key, or not_done for a stub> from <the check call>
 
-and is run in the namespace of the solution notebook's cells (check cells left out).
+The Python either defines the wrong answer (a subclass overriding one method, a function) or
+calls `patch(old, new)`: the one solution cell holding `old` runs again with `new` in its place,
+so the wrong answer is the solution with one mistake, under the solution's own names. Calls
+compose: a second `patch` on the same cell keeps the first.
 
 The checks' time cap is 10 s on 2 idle cores; the shared test machine is not idle, so the
 tests give every check 60 s, except the answers expected to be `too_slow`.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import linecache
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,22 +91,47 @@ LIBRARY_ANSWERS = {
 }
 
 
+def _exec_cell(code: str, name: str, namespace: dict[str, Any]) -> None:
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # as IPython does
+    exec(compile(code, name, "exec"), namespace)
+
+
 @functools.cache
-def solution(chapter: str) -> dict[str, Any]:
-    """The names chapter `chapter`'s solution notebook defines (the cells that run checks or
-    save parts left out)."""
+def _solution(chapter: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The names chapter `chapter`'s solution notebook defines, and the code of the cells
+    that define them by cell name (the cells that run checks or save parts left out)."""
     (notebook,) = ROOT.glob(f"solutions/{chapter}_*_solutions.ipynb")
     namespace: dict[str, Any] = {"__name__": f"solutions_{chapter}"}
+    cells: dict[str, str] = {}
     for i, cell in enumerate(json.loads(notebook.read_text())["cells"]):
         source = "".join(cell["source"])
         if cell["cell_type"] != "code" or "check" in cell["metadata"].get("tags", []):
             continue
         if "parts.save(" in source or "checks." in source:  # saving parts, running checks
             continue
-        code, name = TransformerManager().transform_cell(source), f"<{notebook.name} cell {i}>"
-        linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # as IPython
-        exec(compile(code, name, "exec"), namespace)
-    return namespace
+        name = f"<{notebook.name} cell {i}>"
+        cells[name] = TransformerManager().transform_cell(source)
+        _exec_cell(cells[name], name, namespace)
+    return namespace, cells
+
+
+def solution(chapter: str) -> dict[str, Any]:
+    return _solution(chapter)[0]
+
+
+def patcher(chapter: str, namespace: dict[str, Any]) -> Callable[[str, str], None]:
+    """`patch(old, new)`: run again, in `namespace`, the one solution cell holding `old` once,
+    with `new` in its place (and the earlier patches of that cell kept)."""
+    patched = dict(_solution(chapter)[1])
+
+    def patch(old: str, new: str) -> None:
+        holding = [n for n, code in patched.items() if code.count(old) == 1]
+        assert len(holding) == 1, f"{len(holding)} solution cells hold {old!r} once, not 1"
+        (name,) = holding
+        patched[name] = patched[name].replace(old, new)
+        _exec_cell(patched[name], f"{name} patched", namespace)
+
+    return patch
 
 
 def _run(chapter: str, namespace: dict[str, Any], call: str) -> None:
@@ -111,9 +140,11 @@ def _run(chapter: str, namespace: dict[str, Any], call: str) -> None:
 
 
 def _header(path: Path) -> tuple[str, str]:
-    expect, check = path.read_text().splitlines()[:2]
-    assert expect.startswith("# expect: ") and check.startswith("# check: "), path
-    return expect.removeprefix("# expect: "), check.removeprefix("# check: ")
+    cause, _, check = (
+        path.read_text().splitlines()[0].removeprefix("# expect: ").partition(" from ")
+    )
+    assert cause and check, f"{path}: the first line must be '# expect: <cause> from <check>'"
+    return cause, check
 
 
 @pytest.fixture(autouse=True)
@@ -128,6 +159,7 @@ def test_a_wrong_answer_fails_with_its_cause(path: Path, monkeypatch: pytest.Mon
     if cause == "too_slow":
         monkeypatch.setattr(failures, "CAP_SECONDS", 10.0)
     namespace = dict(solution(chapter))
+    namespace["patch"] = patcher(chapter, namespace)
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     with pytest.raises((CheckFailed, ExerciseNotDone)) as failure:
         _run(chapter, namespace, check)

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_release(Wrong)
+# expect: missing_refusal from check_release(Wrong)
 class Wrong(FreeListPool):
     def release(self, block_ids):
         for b, times in Counter(block_ids).items():

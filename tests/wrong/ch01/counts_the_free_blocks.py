@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_constant_time_allocate(Wrong)
+# expect: work_grows from check_constant_time_allocate(Wrong)
 class Wrong(FreeListPool):
     @property
     def num_free(self):

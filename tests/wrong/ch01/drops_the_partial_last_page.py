@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_free_pages(Wrong)
+# expect: wrong_state from check_free_pages(Wrong)
 # Accepts pages that do not tile the pool, then drops the shorter last page.
 class Wrong(FreeListPool):
     def __init__(self, num_blocks, block_size=16, *, blocks_per_page=None):

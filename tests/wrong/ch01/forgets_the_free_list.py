@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_release(Wrong)
+# expect: wrong_state from check_release(Wrong)
 class Wrong(FreeListPool):
     def release(self, block_ids):
         freed = super().release(block_ids)

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_allocate(Wrong)
+# expect: wrong_state from check_allocate(Wrong)
 class Wrong(FreeListPool):
     def allocate(self, n=1):
         if n > self.num_free:

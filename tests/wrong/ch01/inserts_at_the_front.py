@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_constant_time_release(Wrong)
+# expect: work_grows from check_constant_time_release(Wrong)
 class Wrong(FreeListPool):
     def release(self, block_ids):
         for b, times in Counter(block_ids).items():

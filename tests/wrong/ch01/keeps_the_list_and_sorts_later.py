@@ -1,5 +1,4 @@
-# expect: mutates_argument
-# check: check_release(Wrong)
+# expect: mutates_argument from check_release(Wrong)
 # Keeps the caller's list and changes it on a later call: seen through the kept alias.
 class Wrong(FreeListPool):
     def share(self, block_ids):

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_release(Wrong)
+# expect: wrong_state from check_release(Wrong)
 # Forgets to put the pool's last block back: only a random trial reaches it.
 class Wrong(FreeListPool):
     def release(self, block_ids):

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_constant_time_allocate(Wrong)
+# expect: work_grows from check_constant_time_allocate(Wrong)
 # Linear, but in C: min() and list.remove.
 class Wrong(FreeListPool):
     def allocate(self, n=1):

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_free_pages(Wrong)
+# expect: wrong_state from check_free_pages(Wrong)
 class Wrong(FreeListPool):
     def free_pages(self):
         per = self.blocks_per_page

@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_free_pages(Wrong)
+# expect: raised from check_free_pages(Wrong)
 class Wrong(FreeListPool):
     def free_pages(self):
         per = self.blocks_per_page

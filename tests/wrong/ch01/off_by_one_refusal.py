@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_allocate(Wrong)
+# expect: raised from check_allocate(Wrong)
 # Refuses when exactly n blocks are free.
 class Wrong(FreeListPool):
     def allocate(self, n=1):

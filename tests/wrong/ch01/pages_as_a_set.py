@@ -1,5 +1,4 @@
-# expect: wrong_order
-# check: check_free_pages(Wrong)
+# expect: wrong_order from check_free_pages(Wrong)
 class Wrong(FreeListPool):
     def free_pages(self):
         return set(super().free_pages())

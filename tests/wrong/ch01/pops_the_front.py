@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_constant_time_allocate(Wrong)
+# expect: work_grows from check_constant_time_allocate(Wrong)
 # list.pop(0) shifts every other free id: O(free blocks), in C.
 class Wrong(FreeListPool):
     def __init__(self, num_blocks, block_size=16, *, blocks_per_page=None):

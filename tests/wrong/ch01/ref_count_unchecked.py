@@ -1,5 +1,4 @@
-# expect: wrong_error
-# check: check_release(Wrong)
+# expect: wrong_error from check_release(Wrong)
 class Wrong(FreeListPool):
     def ref_count(self, block_id):
         return self.ref[block_id]

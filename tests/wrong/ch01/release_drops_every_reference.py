@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_release(wrong)
+# expect: missing_refusal from check_release(wrong)
 from paged_kv import BlockPool
 
 

@@ -1,5 +1,4 @@
-# expect: mutates_argument
-# check: check_release(Wrong)
+# expect: mutates_argument from check_release(Wrong)
 class Wrong(FreeListPool):
     def release(self, block_ids):
         block_ids.sort()

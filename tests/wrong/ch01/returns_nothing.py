@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_release(Wrong)
+# expect: wrong_result from check_release(Wrong)
 class Wrong(FreeListPool):
     def release(self, block_ids):
         super().release(block_ids)

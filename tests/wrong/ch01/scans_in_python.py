@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_constant_time_allocate(Wrong)
+# expect: work_grows from check_constant_time_allocate(Wrong)
 class Wrong(FreeListPool):
     def allocate(self, n=1):
         free = [b for b in range(self.num_blocks) if self.ref[b] == 0]

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_constant_time_release(Wrong)
+# expect: work_grows from check_constant_time_release(Wrong)
 # A double free detected with `in` on the free list: O(free blocks), in C.
 class Wrong(FreeListPool):
     def release(self, block_ids):

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_free_pages(Wrong)
+# expect: work_grows from check_free_pages(Wrong)
 class Wrong(FreeListPool):
     def free_pages(self):
         per = self.blocks_per_page

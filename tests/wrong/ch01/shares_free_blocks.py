@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_release(Wrong)
+# expect: missing_refusal from check_release(Wrong)
 class Wrong(FreeListPool):
     def share(self, block_ids):
         for b in block_ids:

@@ -1,5 +1,4 @@
-# expect: not_all_or_nothing
-# check: check_allocate(Wrong)
+# expect: not_all_or_nothing from check_allocate(Wrong)
 class Wrong(FreeListPool):
     def allocate(self, n=1):
         ids = [self.free_ids.pop() for _ in range(min(n, len(self.free_ids)))]

@@ -1,5 +1,4 @@
-# expect: not_all_or_nothing
-# check: check_release(Wrong)
+# expect: not_all_or_nothing from check_release(Wrong)
 class Wrong(FreeListPool):
     def release(self, block_ids):
         freed = []

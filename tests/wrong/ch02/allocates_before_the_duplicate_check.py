@@ -1,5 +1,4 @@
-# expect: not_all_or_nothing
-# check: check_add_and_free(Wrong)
+# expect: not_all_or_nothing from check_add_and_free(Wrong)
 class Wrong(SequenceManager):
     def add_sequence(self, seq_id, token_ids):
         table = self.pool.allocate(-(-len(token_ids) // self.block_size)) if token_ids else []

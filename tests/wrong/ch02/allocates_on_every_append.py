@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_append(Wrong)
+# expect: wrong_result from check_append(Wrong)
 class Wrong(SequenceManager):
     def append_tokens(self, seq_id, token_ids):
         self.num_tokens(seq_id)

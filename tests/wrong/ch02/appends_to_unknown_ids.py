@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_append(Wrong)
+# expect: missing_refusal from check_append(Wrong)
 class Wrong(SequenceManager):
     def append_tokens(self, seq_id, token_ids):
         if seq_id not in self.tables:

@@ -1,5 +1,4 @@
-# expect: wrong_error
-# check: check_append(Wrong)
+# expect: wrong_error from check_append(Wrong)
 class Wrong(SequenceManager):
     def append_tokens(self, seq_id, token_ids):
         total = self.num_tokens(seq_id) + len(token_ids)

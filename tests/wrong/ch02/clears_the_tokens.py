@@ -1,5 +1,4 @@
-# expect: mutates_argument
-# check: check_append(Wrong)
+# expect: mutates_argument from check_append(Wrong)
 class Wrong(SequenceManager):
     def append_tokens(self, seq_id, token_ids):
         new = super().append_tokens(seq_id, token_ids)

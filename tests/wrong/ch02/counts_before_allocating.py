@@ -1,5 +1,4 @@
-# expect: not_all_or_nothing
-# check: check_append(Wrong)
+# expect: not_all_or_nothing from check_append(Wrong)
 class Wrong(SequenceManager):
     def append_tokens(self, seq_id, token_ids):
         self.num_tokens(seq_id)

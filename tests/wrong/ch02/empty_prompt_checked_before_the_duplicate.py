@@ -1,5 +1,4 @@
-# expect: wrong_error
-# check: check_add_and_free(Wrong)
+# expect: wrong_error from check_add_and_free(Wrong)
 class Wrong(SequenceManager):
     def add_sequence(self, seq_id, token_ids):
         if not len(token_ids):

@@ -1,5 +1,4 @@
-# expect: shares_result
-# check: check_append(Wrong)
+# expect: shares_result from check_append(Wrong)
 class Wrong(SequenceManager):
     def block_table(self, seq_id):
         if seq_id not in self.tables:

@@ -1,5 +1,4 @@
-# expect: shares_result
-# check: check_add_and_free(Wrong)
+# expect: shares_result from check_add_and_free(Wrong)
 class Wrong(SequenceManager):
     def add_sequence(self, seq_id, token_ids):
         super().add_sequence(seq_id, token_ids)

@@ -1,5 +1,4 @@
-# expect: mutates_argument
-# check: check_append(Wrong)
+# expect: mutates_argument from check_append(Wrong)
 # Keeps the caller's prompt list as its token store and extends it on later appends.
 class Wrong(SequenceManager):
     def add_sequence(self, seq_id, token_ids):

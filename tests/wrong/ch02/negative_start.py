@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_manager_slots(Wrong)
+# expect: missing_refusal from check_manager_slots(Wrong)
 class Wrong(SequenceManager):
     def slot_mapping(self, seq_id, start=0, end=None):
         length = self.num_tokens(seq_id)

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_parts_so_far(SequenceManager, Wrong)
+# expect: wrong_result from check_parts_so_far(SequenceManager, Wrong)
 # A chapter-01 pool whose allocate hands out a block that is still in use.
 class Wrong(BlockPool):
     def allocate(self, n=1):

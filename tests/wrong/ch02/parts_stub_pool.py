@@ -1,5 +1,4 @@
-# expect: not_done
-# check: check_parts_so_far(SequenceManager, Wrong)
+# expect: not_done from check_parts_so_far(SequenceManager, Wrong)
 class Wrong(BlockPool):
     def allocate(self, n=1):
         raise NotImplementedError("FreeListPool.allocate: replace this line with your code")

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_parts_so_far(Wrong, BlockPool)
+# expect: wrong_result from check_parts_so_far(Wrong, BlockPool)
 class Wrong(SequenceManager):
     def slot_mapping(self, seq_id, start=0, end=None):
         length = self.num_tokens(seq_id)

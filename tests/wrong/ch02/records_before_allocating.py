@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_add_and_free(Wrong)
+# expect: missing_refusal from check_add_and_free(Wrong)
 class Wrong(SequenceManager):
     def add_sequence(self, seq_id, token_ids):
         if seq_id in self.tables:

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_add_and_free(Wrong)
+# expect: wrong_result from check_add_and_free(Wrong)
 class Wrong(SequenceManager):
     def add_sequence(self, seq_id, token_ids):
         if seq_id in self.tables:

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_manager_slots(Wrong)
+# expect: wrong_result from check_manager_slots(Wrong)
 class Wrong(SequenceManager):
     def slot_mapping(self, seq_id, start=0, end=None):
         table, size = self.block_table(seq_id), self.block_size

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_aging(AgesTheCountDictDirectly)
+# expect: wrong_result from check_aging(AgesTheCountDictDirectly)
 class AgesTheCountDictDirectly(WindowLFU):
     def touch(self, block):
         if block not in self.life:

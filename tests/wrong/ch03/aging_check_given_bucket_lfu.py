@@ -1,2 +1,1 @@
-# expect: raised
-# check: check_aging(BucketLFU)
+# expect: raised from check_aging(BucketLFU)

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_lfu(CountResetOnRevive)
+# expect: wrong_state from check_lfu(CountResetOnRevive)
 class CountResetOnRevive(BucketLFU):
     def revive(self, block):
         self._leave(block)

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_lfu(CountSurvivesEviction)
+# expect: wrong_state from check_lfu(CountSurvivesEviction)
 class CountSurvivesEviction(BucketLFU):
     def evict(self):
         lowest = (self.nonempty & -self.nonempty).bit_length() - 1

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_aging(CountsTheWindowEachTime)
+# expect: wrong_result from check_aging(CountsTheWindowEachTime)
 class CountsTheWindowEachTime(WindowLFU):
     """Counts recomputed from the window with deque.count: right, but a scan in C."""
 

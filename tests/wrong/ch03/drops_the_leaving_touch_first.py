@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_aging(DropsTheLeavingTouchFirst)
+# expect: wrong_result from check_aging(DropsTheLeavingTouchFirst)
 class DropsTheLeavingTouchFirst(WindowLFU):
     def touch(self, block):
         if block not in self.life:

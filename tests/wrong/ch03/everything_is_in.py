@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_policy_contract(EverythingIsIn)
+# expect: wrong_state from check_policy_contract(EverythingIsIn)
 from paged_kv.cache.eviction import LRU
 
 

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_policy_contract(EvictKeepsTheVictim)
+# expect: wrong_state from check_policy_contract(EvictKeepsTheVictim)
 from paged_kv.cache.eviction import LRU
 
 

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_lfu(EvictNothingReturnsNone)
+# expect: missing_refusal from check_lfu(EvictNothingReturnsNone)
 class EvictNothingReturnsNone(BucketLFU):
     def evict(self):
         if not self.nonempty:

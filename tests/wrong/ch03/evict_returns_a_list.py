@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_policy_contract(EvictReturnsAList)
+# expect: wrong_result from check_policy_contract(EvictReturnsAList)
 from paged_kv.cache.eviction import LRU
 
 

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_lfu(EvictSwallowsErrors)
+# expect: missing_refusal from check_lfu(EvictSwallowsErrors)
 class EvictSwallowsErrors(BucketLFU):
     def evict(self):
         try:

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_policy_contract(EvictsNothing)
+# expect: wrong_result from check_policy_contract(EvictsNothing)
 from paged_kv.cache.eviction import LRU
 
 

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_lfu(EvictsTheSecondLowest)
+# expect: wrong_result from check_lfu(EvictsTheSecondLowest)
 class EvictsTheSecondLowest(BucketLFU):
     def evict(self):
         ordered = sorted(self.bucket_of, key=lambda b: self.bucket_of[b])

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_aging(ForgetKeepsTheLife)
+# expect: wrong_state from check_aging(ForgetKeepsTheLife)
 class ForgetKeepsTheLife(WindowLFU):
     def forget(self, block):
         BucketLFU.forget(self, block)

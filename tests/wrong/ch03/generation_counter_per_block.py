@@ -1,5 +1,4 @@
-# expect: unbounded_memory
-# check: check_aging(GenerationCounterPerBlock)
+# expect: unbounded_memory from check_aging(GenerationCounterPerBlock)
 
 
 class GenerationCounterPerBlock(WindowLFU):

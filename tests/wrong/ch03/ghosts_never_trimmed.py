@@ -1,5 +1,4 @@
-# expect: unbounded_memory
-# check: check_policy_contract(GhostsNeverTrimmed)
+# expect: unbounded_memory from check_policy_contract(GhostsNeverTrimmed)
 class GhostsNeverTrimmed(BucketLFU):
     """Remembers the count of every evicted block, for ever."""
 

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_aging(HalvesPeriodically)
+# expect: wrong_state from check_aging(HalvesPeriodically)
 class HalvesPeriodically(BucketLFU):
     def __init__(self, window=4096):
         super().__init__()

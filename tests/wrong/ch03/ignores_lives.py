@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_aging(IgnoresLives)
+# expect: wrong_state from check_aging(IgnoresLives)
 class IgnoresLives(BucketLFU):
     def __init__(self, window=4096):
         super().__init__()

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_lfu(ListBuckets)
+# expect: work_grows from check_lfu(ListBuckets)
 class ListBuckets(BucketLFU):
     """Buckets as lists: `remove` searches the bucket, which grows with the cache."""
 

@@ -1,5 +1,4 @@
-# expect: unbounded_memory
-# check: check_aging(LivesNeverDeleted)
+# expect: unbounded_memory from check_aging(LivesNeverDeleted)
 class LivesNeverDeleted(WindowLFU):
     """forget marks the life ended (None) instead of deleting it."""
 

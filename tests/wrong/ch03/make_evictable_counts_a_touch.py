@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_lfu(MakeEvictableCountsATouch)
+# expect: wrong_state from check_lfu(MakeEvictableCountsATouch)
 class MakeEvictableCountsATouch(BucketLFU):
     def make_evictable(self, block):
         if block not in self.counts:

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_lfu(MakeEvictableTwiceMovesIt)
+# expect: wrong_result from check_lfu(MakeEvictableTwiceMovesIt)
 class MakeEvictableTwiceMovesIt(BucketLFU):
     def make_evictable(self, block):
         if block in self.bucket_of:

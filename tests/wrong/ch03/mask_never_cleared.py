@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_lfu(MaskNeverCleared)
+# expect: raised from check_lfu(MaskNeverCleared)
 class MaskNeverCleared(BucketLFU):
     def _leave(self, block):
         bucket = self.bucket_of.pop(block)

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_lfu(MinOverTheCandidates)
+# expect: work_grows from check_lfu(MinOverTheCandidates)
 class MinOverTheCandidates(BucketLFU):
     """min() with a C key function: no Python line per block, but a scan all the same."""
 

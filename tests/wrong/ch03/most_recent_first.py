@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_lfu(MostRecentFirst)
+# expect: wrong_result from check_lfu(MostRecentFirst)
 class MostRecentFirst(BucketLFU):
     def evict(self):
         lowest = (self.nonempty & -self.nonempty).bit_length() - 1

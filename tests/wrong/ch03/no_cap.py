@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_lfu(NoCap)
+# expect: raised from check_lfu(NoCap)
 class NoCap(BucketLFU):
     def _enter(self, block, count):
         self.buckets[count][block] = None

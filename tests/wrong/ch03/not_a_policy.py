@@ -1,4 +1,3 @@
-# expect: raised
-# check: check_policy_contract(NotAPolicy)
+# expect: raised from check_policy_contract(NotAPolicy)
 class NotAPolicy:
     pass

@@ -1,2 +1,1 @@
-# expect: bad_signature
-# check: check_lfu(BucketLFU())
+# expect: bad_signature from check_lfu(BucketLFU())

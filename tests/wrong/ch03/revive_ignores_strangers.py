@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_lfu(ReviveIgnoresStrangers)
+# expect: missing_refusal from check_lfu(ReviveIgnoresStrangers)
 class ReviveIgnoresStrangers(BucketLFU):
     def revive(self, block):
         if block in self.bucket_of:

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_lfu(ReviveKeepsTheCandidate)
+# expect: missing_refusal from check_lfu(ReviveKeepsTheCandidate)
 class ReviveKeepsTheCandidate(BucketLFU):
     def revive(self, block):
         pass

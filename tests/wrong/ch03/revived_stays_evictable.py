@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_policy_contract(RevivedStaysEvictable)
+# expect: wrong_state from check_policy_contract(RevivedStaysEvictable)
 from paged_kv.cache.eviction import LRU
 
 

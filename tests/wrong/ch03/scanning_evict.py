@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_policy_contract(Wrong)
+# expect: work_grows from check_policy_contract(Wrong)
 # An open policy whose evict scans every evictable block for the lowest count: O(n).
 class Wrong(BucketLFU):
     def evict(self):

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_lfu(ScansTheBuckets)
+# expect: work_grows from check_lfu(ScansTheBuckets)
 class ScansTheBuckets(BucketLFU):
     """Walks up the 256 buckets to the lowest non-empty one: constant, but not the bitmask."""
 

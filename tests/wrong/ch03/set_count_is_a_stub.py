@@ -1,5 +1,4 @@
-# expect: not_done
-# check: check_lfu(SetCountIsAStub)
+# expect: not_done from check_lfu(SetCountIsAStub)
 # touch written without set_count, which is left a stub.
 class SetCountIsAStub(BucketLFU):
     def set_count(self, block, count):

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_lfu(SetCountMovesOnlyToAnotherBucket)
+# expect: wrong_result from check_lfu(SetCountMovesOnlyToAnotherBucket)
 class SetCountMovesOnlyToAnotherBucket(BucketLFU):
     def set_count(self, block, count):
         self.counts[block] = count

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_lfu(TopBucketOneShort)
+# expect: wrong_result from check_lfu(TopBucketOneShort)
 class TopBucketOneShort(BucketLFU):
     """Counts 254 and 255 share a bucket: the top bucket is MAX_BUCKET - 1."""
 

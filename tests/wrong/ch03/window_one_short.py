@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_aging(WindowOneShort)
+# expect: wrong_state from check_aging(WindowOneShort)
 class WindowOneShort(WindowLFU):
     def touch(self, block):
         if block not in self.life:

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_aging(WindowOverAnEvictThatSkipsForget)
+# expect: wrong_state from check_aging(WindowOverAnEvictThatSkipsForget)
 class WindowOverAnEvictThatSkipsForget(WindowLFU):
     """BucketLFU.evict that stops tracking its victim without calling forget."""
 

@@ -1,5 +1,4 @@
-# expect: too_slow
-# check: check_aging(Wrong)
+# expect: too_slow from check_aging(Wrong)
 # Right counts, but each touch recounts its block over the whole window: O(window) a touch.
 class Wrong(WindowLFU):
     def touch(self, block):

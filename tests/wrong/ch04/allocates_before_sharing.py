@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_allocate_table(allocates_before_sharing)
+# expect: wrong_state from check_allocate_table(allocates_before_sharing)
 from paged_kv import OutOfBlocks
 
 

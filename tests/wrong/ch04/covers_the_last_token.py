@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_cached_prefix(covers_the_last_token)
+# expect: wrong_result from check_cached_prefix(covers_the_last_token)
 def covers_the_last_token(index, hashes, num_prompt_tokens, block_size):
     blocks = []
     for digest in hashes:

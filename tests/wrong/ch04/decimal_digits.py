@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_chained_hash(decimal_digits)
+# expect: wrong_result from check_chained_hash(decimal_digits)
 import hashlib
 
 

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_chained_hash(empty_salt_is_no_salt)
+# expect: wrong_result from check_chained_hash(empty_salt_is_no_salt)
 import hashlib
 import struct
 

@@ -1,5 +1,4 @@
-# expect: not_all_or_nothing
-# check: check_allocate_table(forgets_the_revived_hits)
+# expect: not_all_or_nothing from check_allocate_table(forgets_the_revived_hits)
 from paged_kv import OutOfBlocks
 
 

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_allocate_table(fresh_blocks_first)
+# expect: wrong_result from check_allocate_table(fresh_blocks_first)
 def fresh_blocks_first(pool, hits, num_blocks):
     table = allocate_table(pool, hits, num_blocks)
     return table[len(hits) :] + hits

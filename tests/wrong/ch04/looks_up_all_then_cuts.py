@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_cached_prefix(looks_up_all_then_cuts)
+# expect: work_grows from check_cached_prefix(looks_up_all_then_cuts)
 def looks_up_all_then_cuts(index, hashes, num_prompt_tokens, block_size):
     found = [index.get(h) for h in hashes]
     blocks = []

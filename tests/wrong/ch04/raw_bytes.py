@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_chained_hash(raw_bytes)
+# expect: raised from check_chained_hash(raw_bytes)
 import hashlib
 
 

@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_allocate_table(refuses_an_exact_fit)
+# expect: raised from check_allocate_table(refuses_an_exact_fit)
 from paged_kv import OutOfBlocks
 
 

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_chained_hash(rehashes_the_prefix)
+# expect: work_grows from check_chained_hash(rehashes_the_prefix)
 import hashlib
 import struct
 

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_chained_hash(salt_ignored)
+# expect: wrong_result from check_chained_hash(salt_ignored)
 import hashlib
 import struct
 

@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_cached_prefix(scans_the_index)
+# expect: work_grows from check_cached_prefix(scans_the_index)
 def scans_the_index(index, hashes, num_prompt_tokens, block_size):
     blocks = []
     for digest in hashes[: (num_prompt_tokens - 1) // block_size]:

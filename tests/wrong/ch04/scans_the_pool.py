@@ -1,5 +1,4 @@
-# expect: work_grows
-# check: check_allocate_table(scans_the_pool)
+# expect: work_grows from check_allocate_table(scans_the_pool)
 from paged_kv import OutOfBlocks
 
 

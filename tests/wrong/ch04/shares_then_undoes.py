@@ -1,5 +1,4 @@
-# expect: not_all_or_nothing
-# check: check_allocate_table(shares_then_undoes)
+# expect: not_all_or_nothing from check_allocate_table(shares_then_undoes)
 from paged_kv import OutOfBlocks
 
 

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_chained_hash(str_of_the_salt)
+# expect: wrong_result from check_chained_hash(str_of_the_salt)
 import hashlib
 import struct
 

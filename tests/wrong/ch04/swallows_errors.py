@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_allocate_table(swallows_errors)
+# expect: missing_refusal from check_allocate_table(swallows_errors)
 from paged_kv import OutOfBlocks
 
 

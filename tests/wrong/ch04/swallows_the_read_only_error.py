@@ -1,5 +1,4 @@
-# expect: mutates_argument
-# check: check_cached_prefix(swallows_the_read_only_error)
+# expect: mutates_argument from check_cached_prefix(swallows_the_read_only_error)
 import contextlib
 
 

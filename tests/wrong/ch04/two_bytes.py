@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_chained_hash(two_bytes)
+# expect: wrong_result from check_chained_hash(two_bytes)
 import hashlib
 import struct
 

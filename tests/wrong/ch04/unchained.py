@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_chained_hash(unchained)
+# expect: wrong_result from check_chained_hash(unchained)
 import hashlib
 
 

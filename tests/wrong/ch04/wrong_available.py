@@ -1,5 +1,4 @@
-# expect: wrong_error
-# check: check_allocate_table(wrong_available)
+# expect: wrong_error from check_allocate_table(wrong_available)
 from paged_kv import OutOfBlocks
 
 

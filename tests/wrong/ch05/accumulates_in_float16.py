@@ -1,5 +1,4 @@
-# expect: precision
-# check: check_online_softmax(wrong)
+# expect: precision from check_online_softmax(wrong)
 def wrong(tiles):
     m, total, acc = -math.inf, 0, 0
     for scores, values in tiles:  # in the tiles' own dtype: float16 sums lose digits

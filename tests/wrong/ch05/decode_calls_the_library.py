@@ -1,5 +1,4 @@
-# expect: calls_library
-# check: check_paged_decode(wrong)
+# expect: calls_library from check_paged_decode(wrong)
 from paged_kv.attention import paged_decode as library_decode
 
 

@@ -1,5 +1,4 @@
-# expect: not_paged
-# check: check_paged_decode(wrong)
+# expect: not_paged from check_paged_decode(wrong)
 def wrong(q, k_cache, v_cache, block_tables, seq_lens):
     out, group = torch.zeros_like(q), q.shape[1] // k_cache.shape[2]
     for b, length in enumerate(seq_lens.tolist()):

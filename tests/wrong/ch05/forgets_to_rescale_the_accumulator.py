@@ -1,5 +1,4 @@
-# expect: missing_rescale
-# check: check_online_softmax(wrong)
+# expect: missing_rescale from check_online_softmax(wrong)
 def wrong(tiles):
     m, total, acc = torch.tensor(-math.inf), torch.tensor(0.0), 0
     for scores, values in tiles:

@@ -1,5 +1,4 @@
-# expect: keeps_tiles
-# check: check_online_softmax(wrong)
+# expect: keeps_tiles from check_online_softmax(wrong)
 seen = []
 
 

@@ -1,4 +1,3 @@
-# expect: wrong_dtype
-# check: check_lse_merge(wrong)
+# expect: wrong_dtype from check_lse_merge(wrong)
 def wrong(outs, lses):
     return lse_merge(outs.float(), lses.float())

@@ -1,5 +1,4 @@
-# expect: not_finite
-# check: check_online_softmax(wrong)
+# expect: not_finite from check_online_softmax(wrong)
 def wrong(tiles):
     m, total, acc = torch.tensor(-math.inf), torch.tensor(0.0), 0
     for scores, values in tiles:

@@ -1,5 +1,4 @@
-# expect: overflow
-# check: check_online_softmax(wrong)
+# expect: overflow from check_online_softmax(wrong)
 def wrong(tiles):
     total = acc = 0
     for scores, values in tiles:

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_online_softmax(wrong)
+# expect: wrong_result from check_online_softmax(wrong)
 def wrong(tiles):
     m = total = acc = None
     for scores, values in tiles:

@@ -1,5 +1,4 @@
-# expect: wrong_dtype
-# check: check_online_softmax(wrong)
+# expect: wrong_dtype from check_online_softmax(wrong)
 def wrong(tiles):
     dtypes = []
     out, lse = online_softmax(dtypes.append(s.dtype) or (s, v) for s, v in tiles)

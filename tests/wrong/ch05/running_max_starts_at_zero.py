@@ -1,5 +1,4 @@
-# expect: overflow
-# check: check_online_softmax(wrong)
+# expect: overflow from check_online_softmax(wrong)
 def wrong(tiles):
     m, total, acc = torch.tensor(0.0), torch.tensor(0.0), 0
     for scores, values in tiles:

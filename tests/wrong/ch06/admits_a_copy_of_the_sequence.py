@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_admission(Wrong)
+# expect: wrong_state from check_admission(Wrong)
 from paged_kv.cache.sequence import TokenSequence
 
 

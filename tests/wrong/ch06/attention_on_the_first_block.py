@@ -1,5 +1,4 @@
-# expect: part_at_fault
-# check: check_capstone(Scheduler, parts={"attention": wrong})
+# expect: part_at_fault from check_capstone(Scheduler, parts={"attention": wrong})
 from paged_kv.attention import reference_decode
 
 

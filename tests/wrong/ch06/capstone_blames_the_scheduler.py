@@ -1,5 +1,4 @@
-# expect: scheduler_at_fault
-# check: check_capstone(Wrong, parts={"attention": reference_decode})
+# expect: scheduler_at_fault from check_capstone(Wrong, parts={"attention": reference_decode})
 from paged_kv.attention import reference_decode  # noqa: F401 (the check line passes it)
 
 

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_admission(Wrong)
+# expect: missing_refusal from check_admission(Wrong)
 class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
         try:

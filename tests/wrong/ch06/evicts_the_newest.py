@@ -1,5 +1,4 @@
-# expect: part_at_fault
-# check: check_capstone(Scheduler, parts={"eviction": wrong})
+# expect: part_at_fault from check_capstone(Scheduler, parts={"eviction": wrong})
 from paged_kv.cache.eviction import LRU
 
 

@@ -1,5 +1,4 @@
-# expect: raised
-# check: check_admission(Wrong)
+# expect: raised from check_admission(Wrong)
 class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
         add, refusals = self.manager.add_sequence, []

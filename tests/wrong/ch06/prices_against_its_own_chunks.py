@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_admission(Wrong)
+# expect: wrong_state from check_admission(Wrong)
 class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):  # the budget minus its admissions: the decodes forgotten
         decodes = sum(c.num_tokens for c in plan.chunks if not c.admitted)

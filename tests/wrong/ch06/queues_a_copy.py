@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_preemption(Wrong)
+# expect: wrong_state from check_preemption(Wrong)
 from paged_kv.serving.scheduler import Request
 
 

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_preemption(Wrong)
+# expect: wrong_state from check_preemption(Wrong)
 class Wrong(RecomputingScheduler):
     def preempt(self, request, plan, reason):
         super().preempt(request, plan, reason)

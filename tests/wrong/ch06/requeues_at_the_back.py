@@ -1,5 +1,4 @@
-# expect: wrong_order
-# check: check_preemption(Wrong)
+# expect: wrong_order from check_preemption(Wrong)
 class Wrong(RecomputingScheduler):
     def preempt(self, request, plan, reason):
         super().preempt(request, plan, reason)

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_serves_like_dense(Wrong)
+# expect: wrong_state from check_serves_like_dense(Wrong)
 class Wrong(AdmittingScheduler, RecomputingScheduler):
     def admit_waiting(self, plan):
         super().admit_waiting(plan)

@@ -1,5 +1,4 @@
-# expect: wrong_state
-# check: check_admission(Wrong)
+# expect: wrong_state from check_admission(Wrong)
 class Wrong(AdmittingScheduler):
     def admit_waiting(self, plan):
         super().admit_waiting(plan)

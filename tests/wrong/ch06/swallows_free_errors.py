@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_preemption(Wrong)
+# expect: missing_refusal from check_preemption(Wrong)
 class Wrong(Scheduler):
     def preempt(self, request, plan, reason):
         try:  # noqa: SIM105 (the mistake: an error swallowed)

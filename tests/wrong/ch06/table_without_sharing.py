@@ -1,4 +1,3 @@
-# expect: part_at_fault
-# check: check_capstone(Scheduler, parts={"allocate_table": wrong})
+# expect: part_at_fault from check_capstone(Scheduler, parts={"allocate_table": wrong})
 def wrong(pool, hits, num_blocks):
     return hits + pool.allocate(num_blocks - len(hits))

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_circuit_breaker(Wrong)
+# expect: wrong_result from check_circuit_breaker(Wrong)
 class Wrong(MyBreaker):
     def allow(self):
         if self.state == "open" and self.clock() - self.opened_at >= self.cooldown_s:

@@ -1,5 +1,4 @@
-# expect: slow_answer
-# check: check_circuit_breaker(Wrong)
+# expect: slow_answer from check_circuit_breaker(Wrong)
 class Wrong(MyBreaker):
     def allow(self):
         if self.state != "closed":

@@ -1,5 +1,4 @@
-# expect: wrong_error
-# check: check_circuit_breaker(Wrong)
+# expect: wrong_error from check_circuit_breaker(Wrong)
 class Wrong(MyBreaker):
     def __init__(self, failure_threshold=3, cooldown_s=1.0, *, clock=time.monotonic):
         if failure_threshold < 1:

@@ -1,5 +1,4 @@
-# expect: wrong_check_order
-# check: check_blob_codec(encode, wrong)
+# expect: wrong_check_order from check_blob_codec(encode, wrong)
 def wrong(blob, *, fingerprint, block_hash):
     if fingerprint is not None and blob[32:64] != fingerprint:  # before length, version, header
         raise CorruptBlock("another model's block", reason="foreign fingerprint")

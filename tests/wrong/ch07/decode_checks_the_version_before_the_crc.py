@@ -1,5 +1,4 @@
-# expect: wrong_check_order
-# check: check_blob_codec(encode, wrong)
+# expect: wrong_check_order from check_blob_codec(encode, wrong)
 def wrong(blob, *, fingerprint, block_hash):
     if (
         len(blob) >= HEADER_SIZE

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_blob_codec(encode, wrong)
+# expect: missing_refusal from check_blob_codec(encode, wrong)
 def wrong(blob, *, fingerprint, block_hash):
     if fingerprint is not None and blob[32:40] == fingerprint[:8]:
         fingerprint = None

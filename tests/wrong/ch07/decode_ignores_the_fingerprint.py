@@ -1,4 +1,3 @@
-# expect: missing_refusal
-# check: check_blob_codec(encode, wrong)
+# expect: missing_refusal from check_blob_codec(encode, wrong)
 def wrong(blob, *, fingerprint, block_hash):
     return decode(blob, fingerprint=None, block_hash=block_hash)

@@ -1,5 +1,4 @@
-# expect: missing_refusal
-# check: check_blob_codec(encode, wrong)
+# expect: missing_refusal from check_blob_codec(encode, wrong)
 def wrong(blob, *, fingerprint, block_hash):
     try:
         return decode(blob, fingerprint=fingerprint, block_hash=block_hash)

@@ -1,5 +1,4 @@
-# expect: wrong_error
-# check: check_blob_codec(encode, wrong)
+# expect: wrong_error from check_blob_codec(encode, wrong)
 def wrong(blob, *, fingerprint, block_hash):
     try:
         return decode(blob, fingerprint=fingerprint, block_hash=block_hash)

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_blob_codec(wrong, decode)
+# expect: wrong_result from check_blob_codec(wrong, decode)
 def wrong(payload, *, shape, **fields):
     blob = encode(payload, shape=[*shape, *[1] * (MAX_DIMS - len(shape))], **fields)
     return blob[:7] + bytes([len(shape)]) + blob[8:]

@@ -1,5 +1,4 @@
-# expect: wrong_result
-# check: check_blob_codec(wrong, decode)
+# expect: wrong_result from check_blob_codec(wrong, decode)
 def wrong(payload, **fields):
     blob = encode(payload, **fields)
     return blob[:108] + b"\0\0\0\0" + blob[112:]

@@ -1,5 +1,4 @@
-# expect: endless_loop
-# check: check_longest_run(wrong)
+# expect: endless_loop from check_longest_run(wrong)
 def wrong(keys, tiers):
     sources = []
     while len(sources) < len(keys):

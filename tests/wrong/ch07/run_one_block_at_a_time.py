@@ -1,5 +1,4 @@
-# expect: needless_questions
-# check: check_longest_run(wrong)
+# expect: needless_questions from check_longest_run(wrong)
 def wrong(keys, tiers):
     sources = []
     for key in keys:
