@@ -206,10 +206,9 @@ def _step(
             got=pool.released,
         )
     if called:
-        trial.note(f"{line}  # called paged_kv.cache.block_table.slot_mapping")
-        name = "`paged_kv.cache.block_table.slot_mapping`"
-        message = f"`{line}` called the library's {name}: write the arithmetic yourself"
-        fail_with(causes.CALLS_LIBRARY, line, message)
+        name = "paged_kv.cache.block_table.slot_mapping"
+        said = f"`{line}` called the library's `{name}`: exercise 3 is to write it yourself"
+        fail_with(causes.CALLS_LIBRARY, f"manager.{method}", said)
 
 
 _LIBRARY_SLOTS = library.slot_mapping.__code__
