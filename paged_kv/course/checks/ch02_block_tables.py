@@ -130,9 +130,11 @@ def _play(manager_cls: Callable[[Any], Any]) -> Callable[[list[Any], Trial], Non
         trial.note(f"pool = BlockPool({num_blocks}, {size})")
         mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
         ref = KVCacheManager(num_blocks, size, prefix_caching=False)
-        tried = ["zz"]  # one id never added, then every id added (live, freed or refused)
+        tried: list[Any] = [
+            "zz"
+        ]  # one id never added, then every id added (live, freed or refused)
         for number, (kind, k, pick) in enumerate(ops[1:]):
-            live = list(ref.sequence_ids)
+            live: list[Any] = list(ref.sequence_ids)
             gone = [s for s in tried if s not in live]
             seq = (
                 live[int(pick * len(live))]
@@ -288,7 +290,8 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
         mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
         ref = KVCacheManager(16, 4, prefix_caching=False)
         for op in ops:
-            args = [op.seq_id, *([list(op.token_ids)] if isinstance(op, Add | Append) else [])]
+            # (seq_id,) or (seq_id, token_ids), the tokens as the list a caller passes
+            args = [list(a) if isinstance(a, tuple) else a for a in vars(op).values()]
             method = methods[type(op)]
             trial.run(
                 f"manager.{method}({', '.join(map(repr, args))})", getattr(mine, method), *args
