@@ -130,38 +130,34 @@ def _play(manager_cls: Callable[[Any], Any]) -> Callable[[list[Any], Trial], Non
         trial.note(f"pool = BlockPool({num_blocks}, {size})")
         mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
         ref = KVCacheManager(num_blocks, size, prefix_caching=False)
-        tried: list[Any] = [
-            "zz"
-        ]  # one id never added, then every id added (live, freed or refused)
+        tried: dict[Any, None] = {"zz": None}  # each id added (live, freed or refused), one never
         for number, (kind, k, pick) in enumerate(ops[1:]):
-            live: list[Any] = list(ref.sequence_ids)
-            gone = [s for s in tried if s not in live]
-            seq = (
-                live[int(pick * len(live))]
-                if live and pick > 0.1
-                else gone[int(pick * 97) % len(gone)]
-            )
-            args = _args(kind, k, pick, ref.num_tokens(seq) if seq in live else 0)
-            if kind == "add":
-                duplicate = bool(pick <= 0.1 and live)
-                seq = live[0] if duplicate else f"s{number}"
-                empty = pick >= 0.95 or (duplicate and k == 0)  # a live id: still a duplicate
-                args = ([] if empty else list(range(max(k, duplicate))),)
-                tried.append(seq)
+            seq, args = _intent(ref, tried, f"s{number}", kind, k, pick)
+            tried[seq] = None
             _step(trial, mine, ref, pool, kind, seq, args)
             _compare(trial, mine, ref, pool)
 
     return play
 
 
-def _args(kind: str, k: int, pick: float, n: int) -> tuple[Any, ...]:
-    """The arguments after the id: tokens to append, or a range of a sequence of `n` tokens
-    (the usual ones and the edges)."""
-    if kind == "append":
-        return (list(range(100, 100 + k % 7)),)
+def _intent(
+    ref: KVCacheManager, tried: dict[Any, None], new: str, kind: str, k: int, pick: float
+) -> tuple[Any, tuple[Any, ...]]:
+    """The id of a call and the arguments after it: a prompt (for a new id, a live one, or
+    empty), tokens to append, or a range of the sequence (the usual ones and the edges)."""
+    live: list[Any] = list(ref.sequence_ids)
+    if kind == "add":
+        duplicate = bool(pick <= 0.1 and live)
+        empty = pick >= 0.95 or (duplicate and k == 0)  # a live id: still a duplicate
+        return live[0] if duplicate else new, ([] if empty else list(range(max(k, duplicate))),)
+    gone = [s for s in tried if s not in live]
+    seq = live[int(pick * len(live))] if live and pick > 0.1 else gone[int(pick * 97) % len(gone)]
+    if kind != "slots":
+        return seq, (list(range(100, 100 + k % 7)),) if kind == "append" else ()
+    n = ref.num_tokens(seq) if seq in live else 0
     start, end = sorted((k % (n + 2), int(pick * 997) % (n + 2)))
     spans = [(0, None), (start, None), (start, end), (0, 0), (-1, n), (end, start)]
-    return spans[(k + int(pick * 10)) % len(spans)] if kind == "slots" else ()
+    return seq, spans[(k + int(pick * 10)) % len(spans)]
 
 
 def _step(
