@@ -205,10 +205,8 @@ def check_free_pages(pool_cls: type, *, seed: int = 0) -> None:
             "It may look at each block once, never search a list for each block: read the "
             "reference counts."
         )
-        sizes = (1, size)
-        message = grew(
-            "free_pages()", _PER_BLOCK, cost, sizes, "block", meter, Counter(), lines, hint
-        )
+        sizes, unit = (1, size), "block(s)"
+        message = grew("free_pages()", _PER_BLOCK, cost, sizes, unit, meter, Counter(), lines, hint)
         raise CheckFailed(message, causes.WORK_GROWS)
     passed("free pages right on 150 random pools, in work linear in the pool")
 
@@ -252,7 +250,7 @@ def _constant(pool_cls: type, method: str) -> None:
         raise CheckFailed(
             f"pool.{method} took {ratio:,.0f}× longer in a {large:,}-block pool than in a "
             f"{small:,}-block one (the fastest of 3 rounds, measured twice): work that grows "
-            f"with the pool, in C where the counts cannot see it (a `range` or a new set on each "
+            "with the pool, in C where the counts cannot see it (a `range` or a new set on each "
             f"call?). {hint}",
             causes.WORK_GROWS,
         )
