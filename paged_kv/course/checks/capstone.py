@@ -1,11 +1,11 @@
 """The capstone: the engine on every part the learner built generates the dense tokens, and a
-wrong token or an error names the part at fault by swapping each for the library's."""
+wrong token, or an error the library raises, names the part at fault by swapping each part for
+the library's (an error in the learner's own code says where it was raised)."""
 
 from __future__ import annotations
 
 import functools
 import random
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,14 +13,14 @@ from typing import Any
 
 import torch
 
+from paged_kv.course import parts as saved
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import (
     CheckFailed,
-    ExerciseNotDone,
     exercise,
     learner_error,
     passed,
-    stub_of,
+    where_raised,
 )
 from paged_kv.course.checks.harness import quiet
 from paged_kv.course.learner_manager import learner_manager
@@ -30,7 +30,6 @@ from paged_kv.serving.scheduler import SamplingParams, Scheduler
 
 SYSTEM_PROMPT = list(b"You are a terse assistant. Reply in one line.\n")
 _MANAGER_PARTS = ("pool", "block_hasher", "prefix_lookup", "allocate_table")
-_NOT_YOURS = ("paged_kv.", "builtins", "abc")
 
 
 @contextmanager
@@ -52,29 +51,47 @@ def sensitive_model() -> TinyLM:
     model = TinyLM(seed=0)
     with torch.no_grad():
         for layer in model.layers:
-            attention: Any = layer.self_attn
-            attention.q_proj.weight *= 3
-            attention.k_proj.weight *= 3
-            attention.o_proj.weight *= 4
+            for projection, scale in (("q_proj", 3), ("k_proj", 3), ("o_proj", 4)):
+                getattr(layer.self_attn, projection).weight *= scale
     return model
 
 
-def _prompts() -> list[tuple[list[int], str | None]]:
+def _requests() -> list[tuple[list[int], str | None]]:
+    """Ten (prompt, tenant salt): two system prompts, three questions, two tenants."""
     rng, questions = random.Random(6), [b"Why pages?", b"What is a block?", b"Evict what?"]
     systems = [SYSTEM_PROMPT, list(b"SYSTEM: answer about KV caches, briefly.\n")]
     return [(systems[i % 2] + list(rng.choice(questions)) + [48 + i],
              "tenant-b" if i % 3 == 2 else None) for i in range(10)]  # fmt: skip
 
 
-def _serve(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[Engine, list[Any]]:
-    hooks = {name: parts[name] for name in _MANAGER_PARTS if parts.get(name) is not None}
+def serve(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
+    """The engine on `parts` (the library's for those missing) and `scheduler_cls`, after
+    serving the ten requests, 10 tokens each, in a cache small enough to evict and preempt."""
+    hooks = {name: parts[name] for name in _MANAGER_PARTS if name in parts}
     engine = Engine(sensitive_model(), num_blocks=30, block_size=4, max_batch_tokens=128,
                     max_running=6, eviction=parts.get("eviction") or "lru", scheduler=scheduler_cls,
                     attention=parts.get("attention"),
                     manager_factory=functools.partial(learner_manager, **hooks))  # fmt: skip
-    ids = [engine.add_request(p, SamplingParams(10), salt=salt) for p, salt in _prompts()]
+    for prompt, salt in _requests():
+        engine.add_request(prompt, SamplingParams(10), salt=salt)
     engine.run()
-    return engine, [engine.completion(i).token_ids for i in ids]
+    return engine
+
+
+@functools.cache
+def _dense() -> list[list[int]]:
+    return [greedy_dense(sensitive_model(), prompt, 10) for prompt, _ in _requests()]
+
+
+def wrong_tokens(engine: Engine, hint: str = "") -> str | None:
+    """What the first request whose tokens are not the cache-free greedy ones got, or None."""
+    for i, (request_id, want) in enumerate(zip(engine.requests, _dense(), strict=True)):
+        got = engine.completion(request_id).token_ids
+        if got != want:
+            return causes.say(
+                causes.WRONG_RESULT, hint, line=f"request {i}'s tokens", want=want, got=got
+            )
+    return None
 
 
 @exercise(None, "capstone")
@@ -84,25 +101,24 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
     requests sharing system prompts, two tenants, in a cache small enough to evict and preempt,
     and generate exactly the cache-free greedy tokens. `parts` defaults to the saved ones
     (`paged_kv.course.parts.load_all()`); a missing part is the library's, and says so."""
-    from paged_kv.course import parts as saved
-
     if parts is None:
         found = saved.load_all()
-        parts = {name: obj for name, (obj, _) in found.items() if obj is not None}
-        notes = {name: note for name, (_, note) in found.items()}
     else:
-        notes = {n: "yours" if parts.get(n) is not None else "the library's" for n in saved.PARTS}
+        found = {n: (parts.get(n), "yours" if parts.get(n) is not None else "the library's")
+                 for n in saved.PARTS}  # fmt: skip
+    parts = {name: part for name, (part, _) in found.items() if part is not None}
     with one_thread():
-        want = [greedy_dense(sensitive_model(), prompt, 10) for prompt, _ in _prompts()]
-        engine, got = _run_parts(parts, scheduler_cls, want)
-    if got != want:
-        first = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
-        line = f"request {first}'s tokens"
-        message = causes.say(causes.WRONG_RESULT, "", line=line, want=want[first], got=got[first])
-        with one_thread():
-            cause, why = _culprits(parts, scheduler_cls, want)
-        raise CheckFailed(f"{message}\n{why}", cause)
-    lines = [f"  {saved.PARTS[name].what:45} {notes[name]}" for name in saved.PARTS]
+        try:
+            engine = serve(parts, scheduler_cls)
+            wrong = wrong_tokens(engine)
+        except Exception as exc:
+            if where_raised(exc) or str(exc).startswith(tuple(f"{n} " for n in parts)):
+                raise  # the learner's code raised (its message says where), or a hook's check
+            engine, wrong = None, str(learner_error(exc, "Capstone", doing="the engine run"))
+        if engine is None or wrong:  # tokens wrong, or the library refused: which part is it?
+            cause, why = _culprits(parts, scheduler_cls)
+            raise CheckFailed(f"{wrong}\n{why}", cause)
+    lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
     lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
     stats = engine.stats()
     print("The engine ran on:\n" + "\n".join(lines))
@@ -114,75 +130,27 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
     passed("the engine on your parts generates the dense tokens")
 
 
-def _run_parts(
-    parts: dict[str, Any], scheduler_cls: type[Scheduler], want: list[Any]
-) -> tuple[Engine, list[Any]]:
-    try:
-        return _serve(parts, scheduler_cls)
-    except (CheckFailed, ExerciseNotDone):
-        raise
-    except Exception as exc:
-        culprit = _part_of(exc, parts)
-        if isinstance(exc, NotImplementedError):
-            raise ExerciseNotDone(f"Capstone is not done yet: {culprit}{stub_of(exc)}") from None
-        error = learner_error(exc, "Capstone", doing="the capstone's engine run")
-        text = str(error).removeprefix("Capstone: ")
-        if culprit:
-            raise CheckFailed(f"{culprit}{text}", getattr(error, "cause", causes.RAISED)) from None
-        cause, why = _culprits(parts, scheduler_cls, want)  # raised in the library
-        raise CheckFailed(f"{text}\n{why}", cause) from None
-
-
-def _part_code(obj: Any) -> set[Any]:
-    """The code objects of a part: a function's, or its classes' methods (not the library's)."""
-    if hasattr(obj, "__code__"):
-        return {obj.__code__}
-    ours = [k for k in getattr(obj, "__mro__", ()) if not k.__module__.startswith(_NOT_YOURS)]
-    values = [getattr(getattr(v, "__func__", v), "fget", v) for k in ours for v in vars(k).values()]
-    return {v.__code__ for v in values if hasattr(v, "__code__")}
-
-
-def _part_of(exc: BaseException, parts: dict[str, Any]) -> str:
-    """'your pool (chapter 01): ' when the innermost part on the stack raised `exc`."""
-    from paged_kv.course import parts as saved
-
-    codes = [frame.f_code for frame, _ in traceback.walk_tb(exc.__traceback__)]
-    for code in reversed(codes):
-        for name, part in saved.PARTS.items():
-            if parts.get(name) is not None and code in _part_code(parts[name]):
-                return f"{part.what} (chapter {part.chapter}): "
-    named = [p for n, p in saved.PARTS.items() if str(exc).startswith(n + " ")]  # a hook's check
-    return f"{named[0].what} (chapter {named[0].chapter}): " if named else ""
-
-
-def _served(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> list[Any] | None:
-    """The tokens of a run on `parts`, or None if it raised (a diagnosis: nothing reported)."""
-    try:
-        with quiet():
-            return _serve(parts, scheduler_cls)[1]
-    except Exception:
-        return None
-
-
-def _culprits(
-    parts: dict[str, Any], scheduler_cls: type[Scheduler], want: list[Any]
-) -> tuple[str, str]:
+def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[str, str]:
     """(cause, why): serve with each of the learner's parts swapped for the library's; the
     parts without which the tokens come out right are at fault."""
-    from paged_kv.course import parts as saved
 
-    mine = [n for n in saved.PARTS if parts.get(n) is not None]
-    at_fault = [
-        (n, saved.PARTS[n]) for n in mine if _served({**parts, n: None}, scheduler_cls) == want
-    ]
+    def right_without(*names: str) -> bool:
+        try:
+            with quiet():
+                kept = {n: p for n, p in parts.items() if n not in names}
+                return wrong_tokens(serve(kept, scheduler_cls)) is None
+        except Exception:  # a diagnosis: an error only says "not right"
+            return False
+
+    at_fault = [saved.PARTS[name] for name in parts if right_without(name)]
     if at_fault:
         return causes.PART_AT_FAULT, "\n".join(
-            f"With the library's {name} instead of {part.what}, the engine serves every token "
+            f"With the library's {part.name} instead of {part.what}, the engine serves every token "
             f"right: {part.what} is at fault. Run the checks of chapter {part.chapter}'s exercise "
             f"notebook ({Path(part.notebook).name}) again, and look at what they do not try."
-            for name, part in at_fault
+            for part in at_fault
         )
-    if _served({}, scheduler_cls) != want:
+    if not right_without(*parts):
         return causes.SCHEDULER_AT_FAULT, (
             f"With the library's parts and your {scheduler_cls.__name__}, the tokens are still "
             "wrong: your scheduler is the cause (run this notebook's checks again)."
