@@ -14,14 +14,8 @@ from typing import Any
 import torch
 
 from paged_kv.course import parts as saved
-from paged_kv.course.checks import causes
-from paged_kv.course.checks.failures import (
-    CheckFailed,
-    exercise,
-    learner_error,
-    passed,
-    where_raised,
-)
+from paged_kv.course.checks import causes, failures
+from paged_kv.course.checks.failures import CheckFailed, exercise, passed
 from paged_kv.course.checks.harness import quiet
 from paged_kv.course.learner_manager import learner_manager
 from paged_kv.serving.engine import Engine
@@ -108,26 +102,31 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
                  for n in saved.PARTS}  # fmt: skip
     parts = {name: part for name, (part, _) in found.items() if part is not None}
     with one_thread():
-        try:
-            engine = serve(parts, scheduler_cls)
-            wrong = wrong_tokens(engine)
-        except Exception as exc:
-            if where_raised(exc) or str(exc).startswith(tuple(f"{n} " for n in parts)):
-                raise  # the learner's code raised (its message says where), or a hook's check
-            engine, wrong = None, str(learner_error(exc, "Capstone", doing="the engine run"))
-        if engine is None or wrong:  # tokens wrong, or the library refused: which part is it?
-            cause, why = _culprits(parts, scheduler_cls)
-            raise CheckFailed(f"{wrong}\n{why}", cause)
-    lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
-    lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
-    stats = engine.stats()
-    print("The engine ran on:\n" + "\n".join(lines))
+        stats = _served(parts, scheduler_cls).stats()
+    print("The engine ran on:", *(f"  {p.what:45} {found[n][1]}" for n, p in saved.PARTS.items()),
+          f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook", sep="\n")  # fmt: skip
     print(
         f"{stats.requests} requests, {stats.generated_tokens} tokens, all equal to cache-free "
         f"greedy decoding; {stats.prefill_tokens_saved} prompt tokens were prefix hits, "
         f"{stats.evictions} blocks evicted, {len(stats.preemptions)} preemptions."
     )
     passed("the engine on your parts generates the dense tokens")
+
+
+def _served(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
+    """The engine after the run; wrong tokens, or an error the library raised that no hook's
+    check explains, fail naming the part at fault (`_culprits`)."""
+    try:
+        engine = serve(parts, scheduler_cls)
+        wrong = wrong_tokens(engine)
+        if wrong is None:
+            return engine
+    except Exception as exc:
+        if failures.where_raised(exc) or str(exc).startswith(tuple(f"{n} " for n in parts)):
+            raise  # the learner's code raised (the message says where), or a hook's check did
+        wrong = str(failures.learner_error(exc, "Capstone", doing="the engine run"))
+    cause, why = _culprits(parts, scheduler_cls)
+    raise CheckFailed(f"{wrong}\n{why}", cause)
 
 
 def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[str, str]:

@@ -24,18 +24,14 @@ __all__ = ["check_admission", "check_capstone", "check_preemption", "check_serve
 
 
 class _RecordingManager(KVCacheManager):
-    """A KVCacheManager that logs the add_sequence and free_sequence calls made to it."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        super().__init__(*args, **kwargs)
+    """A KVCacheManager that logs the add_sequence and free_sequence calls made to it (`calls`)."""
 
     def add_sequence(self, seq_id: Any, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append(("add", seq_id))
+        vars(self).setdefault("calls", []).append(("add", seq_id))
         return super().add_sequence(seq_id, *args, **kwargs)
 
     def free_sequence(self, seq_id: Any) -> None:
-        self.calls.append(("free", seq_id))
+        vars(self).setdefault("calls", []).append(("free", seq_id))
         super().free_sequence(seq_id)
 
 
@@ -74,7 +70,7 @@ def _scenes(code: str, cls: type[Scheduler], trial: Trial) -> list[dict[str, Any
     for scheduler_cls in (cls, Scheduler):
         scene = {**_NAMES, "cls": scheduler_cls}
         exec(code.replace("{cls}", "cls"), scene)  # the replay's code, run
-        scene["manager"].calls.clear()
+        scene["manager"].calls = []  # the calls after the setup
         queues = [*scene["scheduler"].waiting, *scene["scheduler"].running]
         scenes.append(scene | {"requests": sorted(queues, key=lambda r: r.request_id)})
     return scenes
@@ -134,6 +130,7 @@ def _check(cls: type[Scheduler], scenarios: list[tuple[str, str]], line: str, wh
 def _admission(
     budget: int, prompts: str, blocks: int = 12, running: int = 4, cached: str = ""
 ) -> str:
+    """A scenario's code: requests `prompts` waiting for a step of `budget` tokens."""
     return (
         f"manager = KVCacheManager({blocks}, 4)\n{cached}"
         f"scheduler = {{cls}}(manager, max_batch_tokens={budget}, max_running={running})\n"
@@ -142,20 +139,19 @@ def _admission(
     )
 
 
+def _running(budget: int, prompts: str, new: str, **kwargs: Any) -> str:
+    """A scenario's code: the library admits `prompts`, each samples a token, `new` arrives."""
+    return _admission(budget, prompts, blocks=16, **kwargs) + (
+        "\nScheduler.admit_waiting(scheduler, plan)\nfor r in scheduler.running:\n"
+        "    r.record_sample(9)  # sampled, pending\n"
+        f"scheduler.add(Request(9, {new}, SamplingParams()))\nplan = StepPlan(1, {budget})\n"
+    )
+
+
 _CACHED = (
     'manager.add_sequence("earlier", list(range(100, 112)) + [1])\n'
     'manager.free_sequence("earlier")  # its 3 full blocks stay cached\n'
 )
-_DECODES = """manager = KVCacheManager(16, 4)
-scheduler = {cls}(manager, max_batch_tokens=10, max_running=4)
-for i in (0, 1):
-    scheduler.add(Request(i, [10 * i + 1, 10 * i + 2], SamplingParams()))
-Scheduler.admit_waiting(scheduler, StepPlan(0, 10))
-for r in scheduler.running:
-    r.record_sample(9)
-scheduler.add(Request(2, list(range(20, 29)), SamplingParams()))
-plan = StepPlan(1, 10)
-Scheduler.schedule_running(scheduler, plan)  # requests 0 and 1 decode: 2 of the 10 tokens"""
 _ADMISSIONS = [
     (_admission(24, "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 61)), [5]]",
                 cached=_CACHED),
@@ -164,8 +160,10 @@ _ADMISSIONS = [
      "that does not; add_sequence(request_id, request.admission_sequence()) before changing its "
      "status or the queues; its chunk is ScheduledChunk(request, request.num_cached_tokens, the "
      "rest, True)"),
-    (_DECODES, "plan.budget_left already counts the running requests' decodes, and a step that "
-     "holds decodes is not empty: the request waits"),
+    (_running(10, "[[1, 2], [11, 12]]", "list(range(20, 29))")
+     + "Scheduler.schedule_running(scheduler, plan)  # requests 0 and 1 decode: 2 of 10 tokens",
+     "plan.budget_left already counts the running requests' decodes, and a step that holds "
+     "decodes is not empty: the request waits"),
     (_admission(8, "[list(range(20))]"),
      "A request bigger than the whole budget runs alone in an empty step"),
     (_admission(64, "[[0], [1], [2]]", running=2), "At most max_running requests run at once"),
@@ -183,17 +181,8 @@ def check_admission(scheduler_cls: type[Scheduler]) -> None:
     passed("admits like the library's scheduler, step by step")
 
 
-_PREEMPT = """manager = KVCacheManager(16, 4)
-manager.add_sequence("earlier", list(range(10, 18)) + [99])
-manager.free_sequence("earlier")  # request 1's first 8 tokens stay cached
-scheduler = {cls}(manager, max_batch_tokens=64, max_running=4)
-for i in range(3):
-    scheduler.add(Request(i, list(range(i * 10, i * 10 + 9)), SamplingParams()))
-Scheduler.admit_waiting(scheduler, StepPlan(0, 64))
-for r in scheduler.running:
-    r.record_sample(1)  # sampled, pending
-scheduler.add(Request(9, [3, 4], SamplingParams()))
-plan, victim = StepPlan(5, 64), scheduler.running[1]"""
+_PREEMPT = _running(64, "[list(range(9)), list(range(100, 109)), list(range(20, 29))]", "[3, 4]",
+                    cached=_CACHED) + "victim = scheduler.running[1]  # not the newest"  # fmt: skip
 _PREEMPTIONS = [
     (_PREEMPT, "Preempt the request given: free its sequence, take it out of running, status "
      "WAITING, num_preemptions + 1, the same object (its tokens and its pending one) at the head "
@@ -217,10 +206,8 @@ _DENSE = ("An admitted request computes every token from its prefix hits on; a p
 def _at_fault(scheduler_cls: type[Scheduler]) -> CheckFailed | None:
     """Exercise 1's and 2's checks on each method of `scheduler_cls` alone (the other one the
     library's): the first that fails."""
-    for check, method, other in (
-        (check_admission, "admit_waiting", "preempt"),
-        (check_preemption, "preempt", "admit_waiting"),
-    ):
+    for check, method in ((check_admission, "admit_waiting"), (check_preemption, "preempt")):
+        other = "preempt" if method == "admit_waiting" else "admit_waiting"
         alone = type(scheduler_cls.__name__, (scheduler_cls,), {other: getattr(Scheduler, other)})
         try:
             check(alone)
