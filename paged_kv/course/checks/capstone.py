@@ -82,9 +82,8 @@ def wrong_tokens(engine: Engine, hint: str = "") -> str | None:
     for i, (request_id, want) in enumerate(zip(engine.requests, _dense(), strict=True)):
         got = engine.completion(request_id).token_ids
         if got != want:
-            return causes.say(
-                causes.WRONG_RESULT, hint, line=f"request {i}'s tokens", want=want, got=got
-            )
+            line = f"request {i}'s tokens"
+            return causes.say(causes.WRONG_RESULT, hint, line=line, want=want, got=got)
     return None
 
 
@@ -98,13 +97,14 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
     if parts is None:
         found = saved.load_all()
     else:
-        found = {n: (parts.get(n), "yours" if parts.get(n) is not None else "the library's")
-                 for n in saved.PARTS}  # fmt: skip
+        mine = {n: p for n, p in parts.items() if p is not None}
+        found = {n: (mine.get(n), "yours" if n in mine else "the library's") for n in saved.PARTS}
     parts = {name: part for name, (part, _) in found.items() if part is not None}
     with one_thread():
         stats = _served(parts, scheduler_cls).stats()
-    print("The engine ran on:", *(f"  {p.what:45} {found[n][1]}" for n, p in saved.PARTS.items()),
-          f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook", sep="\n")  # fmt: skip
+    lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
+    lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
+    print("The engine ran on:", *lines, sep="\n")
     print(
         f"{stats.requests} requests, {stats.generated_tokens} tokens, all equal to cache-free "
         f"greedy decoding; {stats.prefill_tokens_saved} prompt tokens were prefix hits, "
