@@ -232,9 +232,9 @@ def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
     except CheckFailed as failure:
         with quiet():
             found = _at_fault(scheduler_cls)
-        replay = f"capstone import serve\n    serve({{}}, {scheduler_cls.__name__})"
+        replay = "from paged_kv.course.checks.capstone import serve\n    serve({}, "
         raise CheckFailed(
-            f"{failure}{found or ''}\nReplay it:\n    from paged_kv.course.checks.{replay}",
+            f"{failure}{found or ''}\nReplay it:\n    {replay}{scheduler_cls.__name__})",
             (found or failure).cause,
         ) from None
     passed(f"served like dense decoding, through {len(engine.stats().preemptions)} preemptions")
