@@ -1,5 +1,5 @@
 """Chapter 07 checks, judged by the library (`decode_blob`, `longest_run`, `CircuitBreaker`);
-a failure replays with `blobs()[i]`, `Tier` or `Clock`, which this module exports."""
+a failure replays with the `blobs()[i]` or the `Tier`s of this module."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ Blob = namedtuple("Blob", "what blob fingerprint block_hash case", defaults=(FP,
 # the reasons, in the order decode checks them (the table of the chapter)
 REASONS = ("truncated", "bad magic", "header checksum", "version", "bad header", "length",
            "foreign fingerprint", "foreign block", "payload checksum")  # fmt: skip
+_ROW = {reason: row for row, reason in enumerate(REASONS)}
 _ORDER = "Raise CorruptBlock(message, reason=...), checking in this order: " + ", ".join(REASONS)
-_LAYOUT = ("magic 0-3, version 4-5, dtype code 6, ndim 7, shape 8-31, fingerprint 32-63, "
-           "block hash 64-95, payload length 96-103, payload CRC 104-107, "
-           "its CRC 108-111")  # fmt: skip
+_LAYOUT = ("magic 0-3, version 4-5, dtype 6, ndim 7, shape 8-31, fingerprint 32-63, block hash "
+           "64-95, payload length 96-103, payload CRC 104-107, header CRC 108-111")  # fmt: skip
 
 
 def case(dtype: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, Any]:
@@ -45,8 +45,7 @@ def case(dtype: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, Any]:
 
 
 def craft(base: dict[str, Any] | None = None, payload: bytes = b"", **fields: Any) -> bytes:
-    """A blob of `base` (a `case`) with header `fields` (the names of `_AT`) replaced, its
-    header CRC made valid again, and `payload` (default: the case's) after it."""
+    """`base`'s blob (a `case`), its header `fields` (names of `_AT`) replaced, CRC made valid."""
     base = base or case("float32", (2, 3))
     values: list[Any] = list(FIELDS.unpack_from(library_encode(**base)))
     for name, value in fields.items():
@@ -71,13 +70,13 @@ def blobs() -> list[Blob]:
         ("a blob one byte too long", w + b"\0"),
         *((f"magic {m!r}", craft(magic=m)) for m in (b"XKVB", b"PKVb")),
         ("a bit flipped in the stored header CRC", flip(w, hs - 1)),
+        ("a bit flipped in the payload", flip(w, hs + 5)),
         *((f"version {v}", craft(version=v)) for v in (FORMAT_VERSION + 1, 0)),
         *((f"dtype code {c}", craft(code=c)) for c in (0, len(DTYPES) + 1, 255)),
         ("ndim 0", craft(case("float32", (1,)), ndim=0, dims=(0,) * MAX_DIMS)),
         *((f"ndim {n}", craft(case("float32", (1,) * 5 + (2,)), ndim=n)) for n in (7, 255)),
         ("ndim 2, unused shape slot 5 holding 5", craft(dims=(2, 3, 0, 0, 5, 0))),
         ("float32 (2, 3), 28 payload bytes", craft(length=28, payload=big, crc=zlib.crc32(big))),
-        ("a bit flipped in the payload", flip(w, hs + 5)),
         ("another version, dtype code 99", craft(longer, version=FORMAT_VERSION + 1, code=99)),
         ("a payload length of 52 for float32 (2, 3, 2)", craft(longer, length=52)),
     ]
@@ -109,8 +108,7 @@ def check_blob_codec(encode: Callable[..., bytes], decode: Callable[..., Any]) -
     passed("the chapter's blob format; every damaged or foreign blob refused, with its reason")
 
 
-def _codec(trial: Trial, encode: Callable[..., bytes], decode: Callable[..., Any], i: int,
-           b: Blob) -> None:  # fmt: skip
+def _codec(trial: Trial, encode: Callable, decode: Callable, i: int, b: Blob) -> None:
     """`encode(**b.case)` gives the library's blob; `decode(b.blob, ...)` returns what
     decode_blob returns, or refuses with its reason (a later row's is `wrong_check_order`)."""
     trial.note(f"from {__name__} import blobs")
@@ -125,18 +123,14 @@ def _codec(trial: Trial, encode: Callable[..., bytes], decode: Callable[..., Any
     except CorruptBlock as refusal:
         why = f"the first check that fails names it, {refusal.reason!r}"
         said = getattr(trial.refuses(line, mine, refusal, why=why, hint=_ORDER), "reason", None)
-        if said in REASONS and _row(said, b.blob) > _row(refusal.reason, b.blob):
+        row = _ROW | {"truncated": 0 if len(b.blob) < HEADER_SIZE else _ROW["length"]}
+        if said in REASONS and row[said] > row[refusal.reason]:  # a later row refused it
             want, got = (f"CorruptBlock(reason={r!r})" for r in (refusal.reason, said))
             trial.fail(causes.WRONG_CHECK_ORDER, _ORDER, line=line, why=why, want=want, error=got)
         return
     header_first = "Return (BlobHeader(...), payload): the header first, then the bytes after it"
     trial.same(line, mine, lambda: want, compare=lambda got, want: None if isinstance(
         got, tuple | list) and tuple(got) == want else header_first)  # fmt: skip
-
-
-def _row(reason: str, blob: bytes) -> int:
-    """The row of the table refusing with `reason` ("truncated" is two: short header, payload)."""
-    return REASONS.index("length" if reason == "truncated" and len(blob) >= HEADER_SIZE else reason)
 
 
 def _first_byte(got: Any, want: bytes) -> str | None:
@@ -149,10 +143,8 @@ def _first_byte(got: Any, want: bytes) -> str | None:
 # -- exercise 2: the longest run across tiers --------------------------------------------------
 
 _LINES = 200_000  # Python lines one call may run; a correct solution runs a few dozen
-_RULE = ("Ask the tiers in order (fastest first) about the keys not covered yet; the first "
-         "that answers n > 0 supplies the next n blocks, all of them; then ask again from the "
-         "fastest; stop when no tier has the next block. Return the tier objects, one per "
-         "block")  # fmt: skip
+_RULE = ("Ask the tiers, fastest first, about the keys not covered yet; the first to answer "
+         "n > 0 supplies the next n blocks; stop at a block no tier has")  # fmt: skip
 
 
 class _Stuck(BaseException):
@@ -247,28 +239,18 @@ _SCENARIOS = ([(3, 2.0), *_STEPS.split()], [(0, 1.0)])
 _OPS = ["allow"] * 4 + ["record_success", "record_failure", "record_failure", "+0.1", "+0.5", "+1"]
 
 
-class Clock:
-    """A clock the check moves by hand: `clock.now += 0.5`."""
-
-    now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
-    (threshold, cooldown), clock = ops[0], Clock()
-    trial.note(f"from {__name__} import Clock")
-    trial.note("clock = Clock()")
-    new = lambda kind: lambda: kind(threshold, cooldown, clock=clock)  # noqa: E731
-    line = f"breaker = {cls.__name__}({threshold}, {cooldown}, clock=clock)"
+    (threshold, cooldown), now = ops[0], [100.0]
+    trial.note("now = [100.0]  # the time, which the check moves by hand")
+    new = lambda kind: lambda: kind(threshold, cooldown, clock=lambda: now[0])  # noqa: E731
+    line = f"breaker = {cls.__name__}({threshold}, {cooldown}, clock=lambda: now[0])"
     mine, ref = trial.same(line, new(cls), new(CircuitBreaker), compare=lambda got, want: None)
     if isinstance(ref, InvalidArgument):
         return
     for op in ["", *ops[1:]]:
         if op.startswith("+"):
-            clock.now += float(op)
-            trial.note(f"clock.now += {op[1:]}")
+            now[0] += float(op)
+            trial.note(f"now[0] += {op[1:]}")
             continue
         start = time.perf_counter()
         if op:
