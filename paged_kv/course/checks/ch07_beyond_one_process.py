@@ -123,8 +123,8 @@ def _codec(trial: Trial, encode: Callable, decode: Callable, i: int, b: Blob) ->
         said = getattr(trial.refuses(line, mine, refusal, why=why, hint=_ORDER), "reason", None)
         row = _ROW | {"truncated": 0 if len(b.blob) < HEADER_SIZE else _ROW["length"]}
         if said in REASONS and row[said] > row[refusal.reason]:  # a later row refused it
-            want, got = (f"CorruptBlock(reason={r!r})" for r in (refusal.reason, said))
-            trial.fail(causes.WRONG_CHECK_ORDER, _ORDER, line=line, why=why, want=want, error=got)
+            wanted, got = (f"CorruptBlock(reason={r!r})" for r in (refusal.reason, said))
+            trial.fail(causes.WRONG_CHECK_ORDER, _ORDER, line=line, why=why, want=wanted, error=got)
         return
     trial.same(line, mine, lambda: want, hint="Return (BlobHeader(...), payload), header first")
 
@@ -138,7 +138,6 @@ def _first_byte(got: Any, want: bytes) -> str | None:
 
 # -- exercise 2: the longest run across tiers --------------------------------------------------
 
-_LINES = 200_000  # Python lines one call may run; a correct solution runs a few dozen
 _RULE = ("Return a list of the tier objects, one per block: ask the tiers, fastest first, about "
          "the keys not covered yet; the first to answer n > 0 supplies the next n blocks; stop "
          "at a block no tier has")  # fmt: skip
@@ -163,8 +162,8 @@ class Tier:
 
 
 def _lines_capped(action: Callable[[], Any]) -> None:
-    """`action()`, stopped with `_Stuck` once it has run `_LINES` lines of Python."""
-    lines = iter(range(_LINES))
+    """`action()`, stopped with `_Stuck` once it has run 200,000 lines of Python."""
+    lines = iter(range(200_000))  # a correct solution runs a few dozen
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and next(lines, None) is None:
@@ -227,12 +226,11 @@ def check_longest_run(fn: Callable[[list[str], list[Any]], list[Any]]) -> None:
 # -- exercise 3: the circuit breaker -----------------------------------------------------------
 
 _AT_ONCE = 0.05  # seconds: an answer from allow() takes microseconds
-# the exercise's scenario: (threshold, cooldown), then "+s" moves the clock by s seconds, a word
-# calls that method; then a threshold the library refuses; then the steps of random runs
+# (threshold, cooldown), then "+s" moves the clock by s seconds, a word calls that method
 _STEPS = ("allow record_failure allow record_failure allow record_success allow record_failure "
           "allow record_failure allow record_failure allow +1.99 allow +0.01 allow allow "
           "record_failure allow +2.0 allow record_success allow")  # fmt: skip
-_SCENARIOS = ([(3, 2.0), *_STEPS.split()], [(0, 1.0)])
+_SCENARIOS = ([(3, 2.0), *_STEPS.split()], [(0, 1.0)])  # the exercise's; a threshold refused
 _OPS = ["allow"] * 4 + ["record_success", "record_failure", "record_failure", "+0.1", "+0.5", "+1"]
 
 
@@ -249,11 +247,11 @@ def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
             now[0] += float(op)
             trial.note(f"now[0] += {op[1:]}")
             continue
-        start = time.perf_counter()
         if op:
+            start = time.perf_counter()
             trial.same(f"breaker.{op}()", lambda op=op: getattr(mine, op)(), getattr(ref, op))
-        if (took := time.perf_counter() - start) > _AT_ONCE:
-            trial.fail(causes.SLOW_ANSWER, line=f"breaker.{op}()", seconds=took)
+            if (took := time.perf_counter() - start) > _AT_ONCE:
+                trial.fail(causes.SLOW_ANSWER, line=f"breaker.{op}()", seconds=took)
         trial.expect("breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state)
 
 
