@@ -55,9 +55,8 @@ def craft(base: dict[str, Any] | None = None, payload: bytes = b"", **fields: An
 
 
 def blobs() -> list[Blob]:
-    """Valid blobs at the edges of the format; blobs with one thing wrong (each needs its own
-    check) or two (which check comes first), each also asked for by another model or as another
-    block; then every byte flipped three ways."""
+    """Valid blobs at the edges of the format; blobs with one thing wrong or two (which check is
+    first), each also asked for by another model or as another block; every byte flipped."""
     plain, longer = case("float32", (2, 3)), case("float32", (2, 3, 2), seed=1)
     w, w2, hs, big = library_encode(**plain), library_encode(**longer), HEADER_SIZE, bytes(28)
     flip = lambda b, i, mask=1: b[:i] + bytes([b[i] ^ mask]) + b[i + 1 :]  # noqa: E731
@@ -98,9 +97,8 @@ def blobs() -> list[Blob]:
 
 @exercise(1, "encode, decode")
 def check_blob_codec(encode: Callable[..., bytes], decode: Callable[..., Any]) -> None:
-    """`encode(payload, dtype=, shape=, fingerprint=, block_hash=)` writes the chapter's blob
-    format byte for byte; `decode(blob, fingerprint=, block_hash=)` returns what `decode_blob`
-    returns, or raises CorruptBlock with its reason."""
+    """`encode(payload, dtype=, shape=, fingerprint=, block_hash=)` gives the library's blob byte
+    for byte; `decode(blob, fingerprint=, block_hash=)` does what `decode_blob` does."""
     for i, blob in enumerate(blobs()):
         fixed(lambda trial, i=i, blob=blob: _codec(trial, encode, decode, i, blob))
     passed("the chapter's blob format; every damaged or foreign blob refused, with its reason")
@@ -257,9 +255,8 @@ def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
 
 @exercise(3, "MyBreaker")
 def check_circuit_breaker(cls: type) -> None:
-    """`cls(failure_threshold, cooldown_s, clock=...)` answers `allow()`, `record_success()`,
-    `record_failure()` and `state` as `CircuitBreaker` does after every call, in every state
-    (a record_* may come while it is open: a call allowed before it opened ends late)."""
+    """`cls(failure_threshold, cooldown_s, clock=...)` answers `allow()`, `record_*()` and `state`
+    as `CircuitBreaker` does, in every state (a record_* while open: a late call's result)."""
     for scenario in _SCENARIOS:
         fixed(lambda trial, ops=scenario: _breaker_steps(cls, ops, trial))
     search(lambda ops, trial: _breaker_steps(cls, ops, trial),
