@@ -1,84 +1,70 @@
 """Chapter 05 checks: the online softmax, the split-K log-sum-exp merge, paged decode, and
-writing K/V by slot mapping, each against the library's reference on the inputs
-`tensor_probes` names (half precision, scores of ±800, leading dimensions, empty slices,
-fully masked rows)."""
+writing K/V by slot mapping, each against the library's reference (`tensor_probes.judge`)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import torch
 
 from paged_kv.attention.reference import merge_partials, reference_decode
 from paged_kv.attention.storage import write_kv
-from paged_kv.course.checks import causes
+from paged_kv.course.checks import causes, tensor_probes
 from paged_kv.course.checks.failures import exercise, expect, passed
-from paged_kv.course.checks.tensor_probes import (
-    BlockReads,
-    Case,
-    Inputs,
-    Reference,
-    build,
-    fail,
-    judge,
-    tiles_held,
-)
+from paged_kv.course.checks.tensor_probes import Case, Inputs, fail, judge
 
-_HALF = "{0}, {1} = {0}.to(torch.{2}), {1}.to(torch.{2})"  # the last line of a half case
-_HALF_HINT = "Compute in float32 (tiles may come in float16 or bfloat16) and return float32 out and lse"  # fmt: skip
+_HALF = "Compute in float32 (tiles may come in float16 or bfloat16); return float32 out and lse"
 _ONLINE, _MERGE = "online_softmax(iter(tiles))", "lse_merge(outs, lses)"
 _DECODE = "paged_decode(q, k_cache, v_cache, block_tables, seq_lens)"
-
-# -- exercise 1: the online softmax ------------------------------------------------------------
+_TO = "{0}, {1} = {0}.to(torch.{2}), {1}.to(torch.{2})"  # a half-precision case's last line
 
 
 def _tiles(seed: int, bounds: list[tuple[int, int]], *lines: str) -> str:
-    """A row of random scores (×4) and values 3 wide cut into tiles at `bounds`, then `lines`."""
+    """A row of random scores (×4) and values 3 wide, cut into tiles at `bounds`; `lines`."""
+    n, row = bounds[-1][1], "tiles = [(scores[a:b], values[a:b]) for a, b in"
     return "\n".join([f"g = torch.Generator().manual_seed({seed})",
-                      f"scores = torch.randn({bounds[-1][1]}, generator=g) * 4",
-                      f"values = torch.randn({bounds[-1][1]}, 3, generator=g)",
-                      f"tiles = [(scores[a:b], values[a:b]) for a, b in {bounds}]", *lines])  # fmt: skip
+                      f"scores = torch.randn({n}, generator=g) * 4",
+                      f"values = torch.randn({n}, 3, generator=g)",
+                      f"{row} {bounds}]", *lines])  # fmt: skip
 
 
-def _softmax_cases() -> tuple[list[Case], list[Case]]:
-    """The plain cases (before the memory probe), then the hard ones."""
-    rng, cut, long = random.Random(3), [(0, 3), (3, 7), (7, 9)], [(i, i + 8) for i in range(0, 64, 8)]  # fmt: skip
+def _softmax_cases() -> list[Case]:
+    rng = random.Random(3)
     plain = [Case("a rising maximum: every tile beats the last", _tiles(0, [(0, 2), (2, 4), (4, 6)],
                   "scores[:] = torch.tensor([0.0, 1.0, 5.0, 9.0, 30.0, 31.0])"))]  # fmt: skip
     for i in range(30):
         n = rng.randint(1, 40)
         cuts = sorted({0, n, *(rng.randrange(1, n) for _ in range(rng.randint(0, 4)) if n > 1)})
         plain.append(Case(f"random row {i}", _tiles(i, list(itertools.pairwise(cuts)))))
-    hard = [
-        Case("masked keys (-inf), the first tile all masked",
-             _tiles(41, [(0, 2), (2, 3), (3, 5)], "scores[[0, 1, 3]] = -math.inf"),
-             "A tile of masked keys adds nothing: while the running maximum is still -inf, "
-             "exp(-inf - -inf) is NaN and there is nothing to rescale yet"),
-        *(Case(f"scores near {off:+}", _tiles(42, cut, f"tiles = [(s + {off}, v) for s, v in tiles]"),
-               "Subtract the running maximum (start it at -inf, not 0) before exp: the largest "
-               "term is exp(0) = 1", causes.OVERFLOW) for off in (800, -800)),
-        *(Case(f"{dtype} tiles", _tiles(40, long, "tiles = [(s.to(torch.{0}), v.to(torch.{0})) "
-               "for s, v in tiles]".format(dtype)), _HALF_HINT, causes.PRECISION)
-          for dtype in ("float16", "bfloat16")),
-        Case("a fully masked row (every score -inf)", _tiles(43, [(0, 2), (2, 4)],
-             "scores[:] = -math.inf"), "A row with nothing to attend to gives out = zeros (the "
-             "values' width) and lse = -inf, so that a merge weighs it 0"),
+    cut, long = [(0, 3), (3, 7), (7, 9)], [(i, i + 8) for i in range(0, 64, 8)]
+    return [
+        *plain,
+        Case("masked keys (-inf), the first tile all masked", _tiles(41, [(0, 2), (2, 3), (3, 5)],
+             "scores[[0, 1, 3]] = -math.inf"), "A tile of masked keys adds nothing: while the "
+             "running maximum is -inf, exp(-inf - -inf) is NaN and there is nothing to rescale"),
+        *(Case(f"scores near {off:+}", _tiles(42, cut, f"tiles = [(s + {off}, v) for s, v in "
+               "tiles]"), "Subtract the running maximum (start it at -inf, not 0) before exp",
+               causes.OVERFLOW) for off in (800, -800)),
+        *(Case(f"{d} tiles", _tiles(40, long, f"tiles = [(s.to(torch.{d}), v.to(torch.{d})) for "
+               "s, v in tiles]"), _HALF, causes.PRECISION) for d in ("float16", "bfloat16")),
+        Case("a fully masked row (every score -inf)", _tiles(43, [(0, 2), (2, 4)], "scores[:] = "
+             "-math.inf"), "A row with nothing to attend to gives out = zeros and lse = -inf"),
     ]  # fmt: skip
-    return plain, hard
 
 
 def _softmax_reference(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    scores, values = (torch.cat(row).double() for row in zip(*inputs["tiles"], strict=True))
+    scores, values = (torch.cat(part).double() for part in zip(*inputs["tiles"], strict=True))
     lse = torch.logsumexp(scores, 0)
     out = torch.zeros(values.shape[-1]) if lse == -math.inf else torch.softmax(scores, 0) @ values
     return out.float(), lse.float()
 
 
-def _unrescaled(sum_too: bool, own_max: bool) -> Reference:
+def _unrescaled(sum_too: bool, own_max: bool) -> Callable[[Inputs], torch.Tensor]:
     """The output of an online softmax that never rescales its accumulator (nor its sum, if
     `sum_too`; each tile shifted by its own maximum, if `own_max`)."""
 
@@ -104,30 +90,33 @@ def check_online_softmax(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -
     """`fn(tiles)` walks (scores, values) tiles of one row once and returns
     `(softmax(scores) @ values, logsumexp(scores))` in float32, holding only a running
     maximum, a running sum and a rescaled accumulator (never a tile it has passed)."""
-    plain, hard = _softmax_cases()
-    for case in plain:
+    cases = _softmax_cases()
+    for case in cases:
         judge(fn, case, _ONLINE, _softmax_reference, variants=_RESCALES)
     _holds_no_tile(fn)
-    for case in hard:
-        judge(fn, case, _ONLINE, _softmax_reference, variants=_RESCALES)
-    passed(f"equals the softmax of the whole row on {len(plain) + len(hard) + 1} rows of tiles "
+    passed(f"equals the softmax of the whole row on {len(cases) + 1} rows of tiles "
            "(masked, ±800, half precision), in one pass, no tile kept")  # fmt: skip
 
 
 def _holds_no_tile(fn: Callable[..., Any]) -> None:
     """32 tiles of 16 keys (64 wide), made one at a time: the tensor bytes alive when tile 31
-    comes out are those alive at tile 1 (the last tile and the running state), within half a
-    tile, so that even one earlier tile held back shows."""
-    code = ("g = torch.Generator().manual_seed(9)\ntiles = ((torch.randn(16, generator=g), "
-            "torch.randn(16, 64, generator=g)) for _ in range(32))")  # fmt: skip
-    case, held = Case("a row of 32 tiles of 16 keys, 64 values wide", code), []
+    comes out are those alive at tile 1 (a tile and the running state), within half a tile,
+    so that even one earlier tile held back shows."""
+    held: list[int] = []
+
+    def counted(tiles: Iterator[Any]) -> Iterator[Any]:
+        for i, tile in enumerate(tiles):
+            if i in (1, 31):
+                held.append(tensor_probes.live_tensor_bytes())
+            yield tile
+
+    case = Case("a row of 32 tiles of 16 keys, 64 values wide", "g = torch.Generator()."
+                "manual_seed(9)\ntiles = ((torch.randn(16, generator=g), torch.randn(16, 64, "
+                "generator=g)) for _ in range(32))")  # fmt: skip
     judge(fn, case, _ONLINE, _softmax_reference,
-          watch=lambda x: {**x, "tiles": tiles_held(x["tiles"], 1, 31, held)})  # fmt: skip
+          watch=lambda x: {**x, "tiles": counted(x["tiles"])})  # fmt: skip
     if len(held) == 2 and held[1] - held[0] > 16 * 65 * 4 // 2:
         fail(causes.KEEPS_TILES, case, _ONLINE, "", grown=held[1] - held[0], early=1, late=31)
-
-
-# -- exercise 2: the split-K merge -----------------------------------------------------------
 
 
 def _merge_cases() -> list[Case]:
@@ -150,21 +139,17 @@ def _merge_cases() -> list[Case]:
              "lses[1] = -math.inf", "outs[1] = 0"),
         *(case(f"lses near {off:+}", 23, (5,), "Subtract the largest lse before exp",
                f"lses = lses + {off}", hard=causes.OVERFLOW) for off in (800, -800)),
-        *(case(f"{dtype} inputs", 24, (2, 5), "Return outs' dtype", _HALF.format("outs", "lses",
+        *(case(f"{dtype} inputs", 24, (2, 5), "Return outs' dtype", _TO.format("outs", "lses",
                dtype)) for dtype in ("float16", "bfloat16")),
     ]  # fmt: skip
 
 
-def _merge_reference(inputs: Inputs) -> torch.Tensor:
-    return merge_partials(inputs["outs"].double(), inputs["lses"].double()).to(inputs["outs"].dtype)
-
-
-def _softmax_over(dim: int) -> Reference:
-    def output(x: Inputs) -> torch.Tensor:
-        w = torch.softmax(x["lses"].double(), dim).nan_to_num(0.0)
-        return (w[..., None] * x["outs"].double()).sum(-2).to(x["outs"].dtype)
-
-    return output
+def _merged(x: Inputs, dim: int | None = None) -> torch.Tensor:
+    """The library's merge (with `dim`: the slices weighed along that dimension instead)."""
+    outs, lses = x["outs"].double(), x["lses"].double()
+    if dim is None:
+        return merge_partials(outs, lses).to(x["outs"].dtype)
+    return (torch.softmax(lses, dim).nan_to_num(0.0)[..., None] * outs).sum(-2).to(x["outs"].dtype)
 
 
 @exercise(2, "lse_merge")
@@ -172,13 +157,10 @@ def check_lse_merge(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) ->
     """`fn(outs [..., S, D], lses [..., S])` merges S slices' softmax results exactly, as
     `paged_kv.attention.reference.merge_partials` does."""
     for case in _merge_cases():
-        wrong_dims = range(build(case.code)["lses"].dim() - 1)
-        judge(fn, case, _MERGE, _merge_reference,
-              variants=[(causes.WRONG_DIM, _softmax_over(d)) for d in wrong_dims])  # fmt: skip
+        dims = range(tensor_probes.build(case.code)["lses"].dim() - 1)
+        judge(fn, case, _MERGE, _merged, variants=[(causes.WRONG_DIM, partial(_merged, dim=d))
+                                                   for d in dims])  # fmt: skip
     passed("merges split-K slices: leading dimensions, empty slices, ±800, half precision")
-
-
-# -- exercise 3: paged decode ------------------------------------------------------------------
 
 
 def _decode_cases() -> list[Case]:
@@ -189,19 +171,21 @@ def _decode_cases() -> list[Case]:
                           f"g, 3, {block_size}, 2, {group}, 8)", *lines])  # fmt: skip
 
     cut = "read only the blocks in a sequence's table, and only its first seq_len tokens"
-    hint = ("Token t of a sequence sits at (table[t // block_size], t % block_size); scale the "
-            f"scores by 1/sqrt(head_dim). Unused slots of the cache hold NaN here: {cut}")
+    hint = (
+        "Token t of a sequence sits at (table[t // block_size], t % block_size); scale "
+        f"the scores by 1/sqrt(head_dim). Unused slots of the cache hold NaN here: {cut}"
+    )
     return [
         *(Case(f"block_size {bs}, GQA group {g}", batch(s, bs, g), hint)
           for s, (bs, g) in enumerate([(4, 1), (1, 2), (16, 4), (8, 2)])),
         Case("a sequence of length 0", batch(5, 4, 2, "seq_lens[1] = 0"),
              "A sequence with no tokens attends to nothing: its output is 0"),
-        *(Case(f"{dtype} q and caches", batch(6, 4, 2, "q = q.to(torch.{0})\n".format(dtype) +
-               _HALF.format("k_cache", "v_cache", dtype)), "The output has q's dtype (compute "
-               "in float32, return q.dtype)") for dtype in ("float16", "bfloat16")),
+        *(Case(f"{dtype} q and caches", batch(6, 4, 2, f"q = q.to(torch.{dtype})", _TO.format(
+               "k_cache", "v_cache", dtype)), "Return q's dtype (compute in float32 inside)")
+          for dtype in ("float16", "bfloat16")),
         Case("unused slots holding 2.0 (not NaN)", batch(7, 4, 2, "k_cache, v_cache = "
              "k_cache.nan_to_num(2.0), v_cache.nan_to_num(2.0)"), "Here a read past seq_len "
-             f"changes the result, whatever nan_to_num hides where the slots hold NaN: {cut}"),
+             f"changes the result, whatever nan_to_num hid where the slots hold NaN: {cut}"),
     ]  # fmt: skip
 
 
@@ -216,10 +200,8 @@ def _kv_head_modulo(x: Inputs) -> torch.Tensor:
     return _decode_reference({**x, "q": x["q"][:, order]})[:, order.argsort()]
 
 
-_DECODE_MISTAKES = [
-    (causes.MISSING_SCALE, lambda x: _decode_reference(x, scale=1.0)),
-    (causes.WRONG_KV_HEAD, _kv_head_modulo),
-]
+_DECODE_MISTAKES = [(causes.MISSING_SCALE, lambda x: _decode_reference(x, scale=1.0)),
+                    (causes.WRONG_KV_HEAD, _kv_head_modulo)]  # fmt: skip
 
 
 @exercise(3, "paged_decode")
@@ -227,7 +209,7 @@ def check_paged_decode(fn: Callable[..., torch.Tensor]) -> None:
     """`fn(q, k_cache, v_cache, block_tables, seq_lens)` equals attention over each sequence's
     first seq_len tokens, read one block at a time through its table, in q's dtype."""
     cases = _decode_cases()
-    if not getattr(fn, "__module__", "").startswith("paged_kv."):  # the library's is a kernel
+    if not getattr(fn, "__module__", "").startswith("paged_kv."):  # (the library's: a kernel)
         _reads_blocks_itself(fn, cases.pop(0))
     for case in cases:
         judge(fn, case, _DECODE, _decode_reference, variants=_DECODE_MISTAKES)
@@ -236,24 +218,23 @@ def check_paged_decode(fn: Callable[..., torch.Tensor]) -> None:
 
 def _reads_blocks_itself(fn: Callable[..., Any], case: Case) -> None:
     """The learner's own code reads the cache, at most one block at a time."""
+    reads = tensor_probes.BlockReads
 
     def watched(x: Inputs) -> Inputs:
-        BlockReads.largest, BlockReads.library = 0, ""
-        return {**x, **{n: x[n].as_subclass(BlockReads) for n in ("k_cache", "v_cache")}}
+        reads.largest, reads.library = 0, ""
+        return {**x, **{n: x[n].as_subclass(reads) for n in ("k_cache", "v_cache")}}
 
     judge(fn, case, _DECODE, _decode_reference, variants=_DECODE_MISTAKES, watch=watched)
-    if BlockReads.library:
-        fail(causes.CALLS_LIBRARY, case, _DECODE, "", name=BlockReads.library)
-    block = math.prod(build(case.code)["k_cache"].shape[1:])
-    if BlockReads.largest > block:
-        fail(causes.NOT_PAGED, case, _DECODE, "", numel=BlockReads.largest, block=block)
-
-
-# -- writing K/V by slot mapping (the library's, checked like an exercise) --------------------
+    if reads.library:
+        fail(causes.CALLS_LIBRARY, case, _DECODE, "", name=reads.library)
+    block = math.prod(tensor_probes.build(case.code)["k_cache"].shape[1:])
+    if reads.largest > block:
+        fail(causes.NOT_PAGED, case, _DECODE, "", numel=reads.largest, block=block)
 
 
 def check_write_kv(fn: Callable[..., None]) -> None:
-    """`fn(k_cache, v_cache, slots, k, v)` stores row i at flat slot slots[i]; -1 is skipped."""
+    """The library's `write_kv(k_cache, v_cache, slots, k, v)`, checked like an exercise: row i
+    goes to flat slot slots[i], and a slot of -1 is skipped."""
     gen = torch.Generator().manual_seed(2)
     for trial in range(30):
         blocks, size = (int(torch.randint(1, 5, (1,), generator=gen)) for _ in range(2))
@@ -264,8 +245,8 @@ def check_write_kv(fn: Callable[..., None]) -> None:
         (k1, v1), (k2, v2) = ((torch.zeros(blocks, size, 2, 3) for _ in "kv") for _ in "12")
         fn(k1, v1, slots, k, v)
         write_kv(k2, v2, slots, k, v)
-        expect(torch.equal(k1, k2) and torch.equal(v1, v2),
-               f"trial {trial}: after writing rows at slots {slots.tolist()} into {blocks} blocks "
-               f"of {size}, the caches differ from the expected ones. Slot s is block s // "
-               "block_size, offset s % block_size; skip slots of -1.", causes.WRONG_RESULT)  # fmt: skip
+        expect(torch.equal(k1, k2) and torch.equal(v1, v2), f"trial {trial}: after writing rows "
+               f"at slots {slots.tolist()} into {blocks} blocks of {size}, the caches differ from "
+               "the expected ones. Slot s is block s // block_size, offset s % block_size; skip "
+               "slots of -1.", causes.WRONG_RESULT)  # fmt: skip
     passed("slot-mapping write")

@@ -1,15 +1,9 @@
 """Tensor probes: the learner's function and the library's reference on the same inputs, one
-cause named from what the output shows.
-
-A `Case` is the Python that builds the inputs; the check's `line` (`lse_merge(outs, lses)`)
-calls the learner's function on them, and the two are the replay. The cause, in order: an
-input tensor changed in place (`mutates_argument`); the output's type, shape, dtype; for a
-case with a `hard` cause, that cause when the case without its last line (the difficulty:
-scores of ±800, half precision) passes; NaN or inf where the reference is finite
-(`not_finite`); an output equal to a named mistake's (`variants`); else `wrong_result`.
-Probes of how the answer works: `tiles_held` (tensor bytes alive while tiles stream) and
-`BlockReads` (the largest copy taken from a cache, and the library's code touching it).
-"""
+cause named from what they show, in this order: an input tensor changed in place; the output's
+type, shape, dtype; a `hard` case's cause when the case without its last line (the difficulty:
+scores of ±800, half precision) passes; NaN or inf where the reference is finite; an output
+equal to a named mistake's; else `wrong_result`. `live_tensor_bytes` and `BlockReads` probe
+how the answer works (the tiles it keeps, the copies it takes of a cache)."""
 
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -32,16 +26,13 @@ from paged_kv.course.checks.failures import CheckFailed, call, short_repr, stage
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 Inputs = dict[str, Any]
 Reference = Callable[[Inputs], Any]
-_IN_PLACE = (
-    "An in-place op (mul_, zero_, -=; .float() of a float32 tensor is that tensor) changed "
-    "the caller's tensor: compute into new tensors"
-)
+_ATTENTION = os.path.dirname(paged_kv.attention.__file__) + os.sep
 
 
 @dataclass(frozen=True)
 class Case:
-    """`code` builds the inputs; `hint` says what to do when the case fails (but with a named
-    mistake); `hard` is the cause when it fails and passes without its last line."""
+    """`code` builds the inputs (the replay); `hint`: what to do when the case fails (but with
+    a named mistake); `hard`: the cause when it fails and passes without its last line."""
 
     what: str
     code: str
@@ -77,64 +68,62 @@ def difference(got: Any, want: Any) -> tuple[str, str, str] | None:
         return causes.NOT_FINITE, _shown(mine), _shown(theirs)
     if torch.allclose(mine, theirs, rtol=tol, atol=tol):
         return None
-    err = (mine - theirs)[finite].abs().max().item() if finite.any() else math.inf
-    return causes.WRONG_RESULT, f"{_shown(mine)} (off by {err:.2g}, allowed {tol:g})", _shown(theirs)  # fmt: skip
+    off = (mine - theirs).abs().where(finite, 0)
+    at = [int(i) for i in torch.unravel_index(off.argmax(), off.shape)]
+    shown = f"{_shown(mine)} (off by {off.max():.2g} at {at}, allowed {tol:g})"
+    return causes.WRONG_RESULT, shown, _shown(theirs)
 
 
 def _shown(t: torch.Tensor) -> str:
     values = [round(v, 5) if math.isfinite(v) else v for v in t.flatten()[:8].tolist()]
-    return f"{values if t.dim() else values[0]}" + (f" … ({t.numel()} values)" if t.numel() > 8 else "")  # fmt: skip
+    return f"{values if t.dim() else values[0]}{f' … ({t.numel()} values)' * (t.numel() > 8)}"
 
 
 def judge(fn: Callable[..., Any], case: Case, line: str, reference: Reference, *,
           variants: Iterable[tuple[str, Reference]] = (),
           watch: Callable[[Inputs], Inputs] = dict) -> None:  # fmt: skip
-    """Call `fn` as `line` on `case`'s inputs (as `watch(inputs)` gives them, for a probe of how
-    `fn` works) and compare with `reference(inputs)`; raise CheckFailed with one cause if they
+    """Call `fn` as `line` on `case`'s inputs (as `watch(inputs)` gives them, to probe how `fn`
+    works) and compare with `reference(inputs)`; raise CheckFailed with one cause if they
     differ. `variants`: (cause, what that mistake gives as the output's first item)."""
 
     def outcome(code: str) -> tuple[tuple[str, str, str] | None, Any]:
         inputs, fresh, doing = build(code), build(code), f"{line} on {case.what}"
         with stage(doing):  # the arguments are the line's own, evaluated among the inputs
             got = call(doing, fn, *eval(f"({line.partition('(')[2][:-1]},)", watch(inputs)))
-        for name, given in inputs.items():
-            if isinstance(given, torch.Tensor) and not _unchanged(given, fresh[name]):
-                return (causes.MUTATES_ARGUMENT, _shown(given), f"`{name}` {_shown(fresh[name])}"), got  # fmt: skip
+        for name, given in inputs.items():  # (NaN in a cache is NaN in its fresh copy)
+            was = fresh[name]
+            if isinstance(given, torch.Tensor) and not (
+                given.shape == was.shape and given.allclose(was, 0, 0, equal_nan=True)
+            ):
+                return (causes.MUTATES_ARGUMENT, _shown(given), f"`{name}` {_shown(was)}"), got
         return difference(got, reference(fresh)), got
 
     found, output = outcome(case.code)
     if found is None:
         return
-    (cause, got, want), hint = found, _IN_PLACE if found[0] == causes.MUTATES_ARGUMENT else case.hint
-    if cause in (causes.WRONG_RESULT, causes.NOT_FINITE):
+    (cause, got, want), hint = found, case.hint
+    if cause == causes.MUTATES_ARGUMENT:
+        hint = "An in-place op (mul_, zero_, -=; .float() of a float32 tensor is that tensor) "
+        hint += "changed the caller's tensor: compute into new tensors"
+    elif cause in (causes.WRONG_RESULT, causes.NOT_FINITE):
         if case.hard and outcome(case.code.rpartition("\n")[0])[0] is None:
             cause, hint = case.hard, f"The same case without its last line passes. {case.hint}"
-        else:
-            inputs, first = build(case.code), _first(output)
-            if difference(first, _first(reference(inputs))):  # (else item 0 is right)
+        else:  # a named mistake only when its output is what the learner's first item shows
+            inputs, first = build(case.code), output[0] if isinstance(output, tuple) else output
+            right = reference(inputs)
+            if difference(first, right[0] if isinstance(right, tuple) else right):
                 named = [m for m, wrong in variants if difference(first, wrong(inputs)) is None]
                 cause, hint = (named[0], "") if named else (cause, hint)
     fail(cause, case, line, hint, got=got, want=want, when="after the call")
 
 
-def _first(output: Any) -> Any:
-    return output[0] if isinstance(output, tuple | list) and output else output
-
-
-def _unchanged(given: torch.Tensor, fresh: torch.Tensor) -> bool:
-    return given.shape == fresh.shape and torch.allclose(given, fresh, 0, 0, equal_nan=True)
-
-
 def fail(cause: str, case: Case, line: str, hint: str, **fields: object) -> NoReturn:
-    message = causes.say(cause, hint, line=line, **fields)
     replay = "\n".join("    " + text for text in [*case.code.strip().splitlines(), line])
+    message = causes.say(cause, hint, line=line, **fields)
     raise CheckFailed(f"On {case.what}: {message}\nReplay it:\n{replay}", cause)
 
 
-# -- probes of how the answer works --------------------------------------------------------------
-
-
-def _live_tensor_bytes() -> int:
+def live_tensor_bytes() -> int:
     """Bytes of the distinct storages of every tensor alive in the process (garbage collected
     first: tensors in unreachable cycles would come and go with the collector)."""
     gc.collect()
@@ -150,24 +139,10 @@ def _live_tensor_bytes() -> int:
     return sum(storages.values())
 
 
-def tiles_held(tiles: Iterable[Any], early: int, late: int, into: list[int]) -> Iterator[Any]:
-    """`tiles`, one at a time; appends to `into` the tensor bytes alive when tile `early` and
-    tile `late` are handed out (an online pass holds the same; a kept tile or copy grows)."""
-    for i, tile in enumerate(tiles):
-        if i in (early, late):
-            into.append(_live_tensor_bytes())
-        yield tile
-        del tile
-
-
-_ATTENTION = os.path.dirname(paged_kv.attention.__file__) + os.sep
-
-
 class BlockReads(torch.Tensor):
     """A cache that records the largest tensor copied out of it (indexing with a list,
-    `.float()` of a half cache...: reading one block at a time keeps each within a block;
-    views stay watched), and `library`: the outermost of the library's attention functions
-    that touched it (the checks never hand it to the library: the learner's code did)."""
+    `.float()` of a half cache...; views of it stay watched), and `library`: the outermost of
+    the library's attention functions that touched it (the checks never hand it to one)."""
 
     largest, library = 0, ""
 
@@ -188,7 +163,3 @@ class BlockReads(torch.Tensor):
                 return out.as_subclass(cls)  # a view: still the cache
         BlockReads.largest = max(BlockReads.largest, out.numel())
         return out  # a copy: what is computed from it is not watched
-
-
-def is_library(fn: object) -> bool:
-    return getattr(fn, "__module__", "").startswith("paged_kv.")

@@ -1,2 +1,2 @@
 # expect: wrong_dtype from check_lse_merge(lse_merge)
-patch("return (weights[..., None] * outs).sum(dim=-2)", "return (weights[..., None] * outs.float()).sum(dim=-2)")
+patch("* outs).sum(dim=-2)", "* outs.float()).sum(dim=-2)")

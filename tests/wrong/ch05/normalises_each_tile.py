@@ -1,2 +1,2 @@
 # expect: wrong_result from check_online_softmax(online_softmax)
-patch("acc = acc * rescale + weights @ values", "acc = acc * rescale + weights @ values / weights.sum()")
+patch("acc * rescale + weights @ values", "acc * rescale + weights @ values / weights.sum()")
