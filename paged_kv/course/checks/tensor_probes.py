@@ -68,9 +68,9 @@ def difference(got: Any, want: Any) -> tuple[str, str, str] | None:
         return causes.NOT_FINITE, _shown(mine), _shown(theirs)
     if torch.allclose(mine, theirs, rtol=tol, atol=tol):
         return None
-    off = (mine - theirs).abs().where(finite, 0)
-    at = [int(i) for i in torch.unravel_index(off.argmax(), off.shape)]
-    shown = f"{_shown(mine)} (off by {off.max():.2g} at {at}, allowed {tol:g})"
+    off = (mine - theirs).abs().nan_to_num(0.0, posinf=math.inf)  # (-inf where -inf is right)
+    at = f" at {[int(i) for i in torch.unravel_index(off.argmax(), off.shape)]}" * (off.dim() > 0)
+    shown = f"{_shown(mine)} (off by {off.max():.2g}{at}, allowed {tol:g})"
     return causes.WRONG_RESULT, shown, _shown(theirs)
 
 
