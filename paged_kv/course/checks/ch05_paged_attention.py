@@ -21,7 +21,7 @@ from paged_kv.course.checks.tensor_probes import Case, Inputs, fail, judge
 _HALF = "Compute in float32 (tiles may come in float16 or bfloat16); return float32 out and lse"
 _ONLINE, _MERGE = "online_softmax(iter(tiles))", "lse_merge(outs, lses)"
 _DECODE = "paged_decode(q, k_cache, v_cache, block_tables, seq_lens)"
-_TO = "{0}, {1} = {0}.to(torch.{2}), {1}.to(torch.{2})"  # a half-precision case's last line
+_CAST = "{0}, {1} = {0}.to(torch.{2}), {1}.to(torch.{2})"  # a half-precision case's last line
 
 
 def _tiles(seed: int, bounds: list[tuple[int, int]], *lines: str) -> str:
@@ -139,7 +139,7 @@ def _merge_cases() -> list[Case]:
              "lses[1] = -math.inf", "outs[1] = 0"),
         *(case(f"lses near {off:+}", 23, (5,), "Subtract the largest lse before exp",
                f"lses = lses + {off}", hard=causes.OVERFLOW) for off in (800, -800)),
-        *(case(f"{dtype} inputs", 24, (2, 5), "Return outs' dtype", _TO.format("outs", "lses",
+        *(case(f"{dtype} inputs", 24, (2, 5), "Return outs' dtype", _CAST.format("outs", "lses",
                dtype)) for dtype in ("float16", "bfloat16")),
     ]  # fmt: skip
 
@@ -180,7 +180,7 @@ def _decode_cases() -> list[Case]:
           for s, (bs, g) in enumerate([(4, 1), (1, 2), (16, 4), (8, 2)])),
         Case("a sequence of length 0", batch(5, 4, 2, "seq_lens[1] = 0"),
              "A sequence with no tokens attends to nothing: its output is 0"),
-        *(Case(f"{dtype} q and caches", batch(6, 4, 2, f"q = q.to(torch.{dtype})", _TO.format(
+        *(Case(f"{dtype} q and caches", batch(6, 4, 2, f"q = q.to(torch.{dtype})", _CAST.format(
                "k_cache", "v_cache", dtype)), "Return q's dtype (compute in float32 inside)")
           for dtype in ("float16", "bfloat16")),
         Case("unused slots holding 2.0 (not NaN)", batch(7, 4, 2, "k_cache, v_cache = "
