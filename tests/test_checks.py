@@ -187,6 +187,6 @@ def test_the_memory_probe_skips_fake_tensors_left_alive_in_the_process():
     real = torch.empty(1024)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        counted = tensor_probes._live_tensor_bytes()
+        counted = tensor_probes.live_tensor_bytes()
     assert counted >= real.untyped_storage().nbytes()
     del fake
