@@ -65,13 +65,11 @@ class Meter:
 
     def __init__(self) -> None:
         self.touched: Counter[tuple[str, str]] = Counter()
+        self.reset = self.touched.clear
 
     @property
     def total(self) -> int:
         return sum(self.touched.values())
-
-    def reset(self) -> None:
-        self.touched.clear()
 
 
 class _Counted:
@@ -83,31 +81,25 @@ class _Counted:
     def _add(self, op: str, n: int) -> None:
         self._meter.touched[self._name, op] += n
 
-    def _each(self, items: Iterable[Any], op: str = "iteration") -> Iterator[Any]:
+    def _each(self, items: Iterable[Any]) -> Iterator[Any]:
         for item in items:
-            self._add(op, 1)
+            self._add("iteration", 1)
             yield item
 
 
-def _priced(base: type, method: str, op: str, price: Callable[..., int]) -> Callable[..., Any]:
-    """`base.method`, counted as touching `price(self, *args)` entries."""
+def _priced(base: type, method: str, price: Callable[..., tuple[str, int]]) -> Any:
+    """`base.method`, counted: `price(self, *args)` names what it does to how many entries."""
     plain = getattr(base, method)
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._add(op, price(self, *args))
+        self._add(*price(self, *args))
         return plain(self, *args, **kwargs)
 
     return counted
 
 
-def _at(self: Any, index: int) -> int:
-    """Where `index` falls in a sequence of `len(self)` entries."""
-    n = len(self)
-    return max(0, min(n, index if index >= 0 else n + index))
-
-
-def _whole(self: Any, *args: Any) -> int:
-    return len(self)
+def _whole(op: str) -> Callable[..., tuple[str, int]]:
+    return lambda self, *args: (op, len(self))
 
 
 def _copy(base: type, entries: Callable[[Any], Iterable[Any]]) -> Callable[[Any], Any]:
@@ -123,50 +115,53 @@ def _copy(base: type, entries: Callable[[Any], Iterable[Any]]) -> Callable[[Any]
 def _sequence(base: type) -> type:
     """A counting twin of `list` or `deque`."""
 
+    def at(self: Any, index: int) -> int:  # where `index` falls, as `base` reads it
+        n = len(self)
+        return max(0, min(n, index if index >= 0 else n + index))
+
     def found(self: Any, item: Any, *args: Any) -> int:
         try:
             return base.index(self, item, *args) + 1
         except ValueError:
             return len(self)
 
-    def after(self: Any, key: Any) -> int:
-        return len(self) - (key.indices(len(self))[0] if isinstance(key, slice) else _at(self, key))
-
-    def pop(self: Any, index: int = -1) -> Any:
-        at = _at(self, index)
-        self._add(".pop(i)" if at < len(self) - 1 else ".pop()", len(self) - at)
-        return base.pop(self, index) if base is list else base.pop(self)
-
-    def getitem(self: Any, key: Any) -> Any:
+    def getitem(self: Any, key: Any) -> tuple[str, int]:
         if isinstance(key, slice):
-            self._add("slicing", len(range(*key.indices(len(self)))))
-        else:
-            at = _at(self, key)
-            self._add("indexing", 1 if base is list else min(at, len(self) - at) + 1)
-        return base.__getitem__(self, key)
+            return "slicing", len(range(*key.indices(len(self))))
+        return "indexing", 1 if base is list else min(at(self, key), len(self) - at(self, key)) + 1
+
+    def delitem(self: Any, key: Any) -> tuple[str, int]:
+        return "del", len(self) - (
+            key.indices(len(self))[0] if isinstance(key, slice) else at(self, key)
+        )
+
+    def pop(self: Any, index: int = -1) -> tuple[str, int]:
+        return ".pop(i)" if at(self, index) < len(self) - 1 else ".pop()", len(self) - at(
+            self, index
+        )
 
     def extend(self: Any, items: Iterable[Any]) -> None:
-        items = list(items)
+        items = list(items)  # counted before they are added, an iterator read once
         self._add(".extend()", len(items))
         base.extend(self, items)
 
-    priced = {
-        "__contains__": ("`in`", found),
-        "index": (".index()", found),
-        "insert": (".insert()", lambda self, i, _: len(self) - _at(self, i) + 1),
-        "__delitem__": ("del", after),
-        "count": (".count()", _whole),
-        "remove": (".remove()", _whole),
-        "__add__": ("+", _whole),
-        **({"sort": (".sort()", _whole)} if base is list else {}),
-        **({"rotate": (".rotate()", lambda self, n=1: abs(n))} if base is deque else {}),
+    prices = {
+        "__contains__": lambda self, item: ("`in`", found(self, item)),
+        "index": lambda self, *args: (".index()", found(self, *args)),
+        "insert": lambda self, i, _: (".insert()", len(self) - at(self, i) + 1),
+        "__getitem__": getitem,
+        "__delitem__": delitem,
+        "pop": pop,
+        "count": _whole(".count()"),
+        "remove": _whole(".remove()"),
+        "__add__": _whole("+"),
+        **({"sort": _whole(".sort()")} if base is list else {}),
+        **({"rotate": lambda self, n=1: (".rotate()", abs(n))} if base is deque else {}),
     }
-    methods: dict[str, Any] = {m: _priced(base, m, op, n) for m, (op, n) in priced.items()}
+    methods = {name: _priced(base, name, price) for name, price in prices.items()}
     methods |= {
         "__iter__": lambda self: self._each(base.__iter__(self)),
         "__reversed__": lambda self: self._each(base.__reversed__(self)),
-        "pop": pop,
-        "__getitem__": getitem,
         "extend": extend,
         "copy": _copy(base, base.__iter__),
     }
@@ -201,7 +196,7 @@ def _mapping(base: type) -> type:
     }
     if base is set:
         for name in ("__sub__", "__or__", "__and__", "difference", "union"):
-            methods[name] = _priced(base, name, "a set operation", _whole)
+            methods[name] = _priced(base, name, _whole("a set operation"))
     else:
         plain: Any = base  # dict or OrderedDict here
         methods["__reversed__"] = lambda self: self._each(plain.__reversed__(self))

@@ -1,11 +1,7 @@
-"""Failures a learner can act on: what every check says when the learner's code is wrong,
-raises, is too slow or is not written yet.
-
-`CheckFailed` (naming one cause of `causes`) and `ExerciseNotDone` print only their message in
-Jupyter, never a traceback into the checks (some of which are answers) or the library; the cell
-still errors, so nbval and the grader see the failure. `@exercise(number, title)` labels a
-check, caps its time at `CAP_SECONDS` and turns what the learner's code raises into one of them.
-"""
+"""What every check says when the learner's code is wrong, raises, is too slow or is not
+written yet: `CheckFailed` (naming one cause of `causes`) or `ExerciseNotDone`, which Jupyter
+prints as their message alone, never a traceback into the checks (some are answers) or the
+library; the cell still errors, so nbval and the grader see it."""
 
 from __future__ import annotations
 
@@ -29,11 +25,10 @@ from paged_kv.errors import PagedKVError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_PATHS = sysconfig.get_paths()
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
-    for p in {str(Path(paged_kv.__file__).parent), _PATHS["stdlib"], _PATHS["purelib"]}
-    | {_PATHS["platlib"]}
+    for p in {str(Path(paged_kv.__file__).parent)}
+    | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
 )
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 _stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
@@ -87,15 +82,11 @@ def expect_raises(
     except (CheckFailed, NotImplementedError):
         raise
     except Exception as exc:  # the wrong error type is a learner mistake worth naming
-        raise CheckFailed(
-            f"{what} should raise {names}, but your code raised "
-            f"{type(exc).__name__}: {exc}{where_raised(exc)}.{hint}",
-            causes.WRONG_ERROR,
-        ) from None
-    raise CheckFailed(
-        f"{what} should raise {names}, but it returned {short_repr(result)}.{hint}",
-        causes.MISSING_REFUSAL,
-    )
+        saw = f"your code raised {type(exc).__name__}: {exc}{where_raised(exc)}"
+        cause = causes.WRONG_ERROR
+    else:
+        saw, cause = f"it returned {short_repr(result)}", causes.MISSING_REFUSAL
+    raise CheckFailed(f"{what} should raise {names}, but {saw}.{hint}", cause)
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
@@ -125,12 +116,9 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
                 message = causes.say(causes.TOO_SLOW, seconds=CAP_SECONDS, stage=late.args[0])
                 raise CheckFailed(f"{label}: {message}", causes.TOO_SLOW) from None
             except Exception as exc:
-                # Not the learner's code, nor the library refusing what it did: a bug in the
-                # checks themselves, whose traceback is shown.
-                if not isinstance(exc, NotImplementedError | PagedKVError) and (
-                    _learner_frame(exc) is None
-                ):
-                    raise
+                mine = isinstance(exc, NotImplementedError | PagedKVError) or _learner_frame(exc)
+                if not mine:  # neither the learner's code nor the library refusing what it did
+                    raise  # a bug in the checks themselves: show its traceback
                 raise learner_error(exc, label) from None
             finally:
                 _label.reset(token)
@@ -145,8 +133,7 @@ def _labelled(label: str, message: str) -> str:
 
 
 class _OutOfTime(BaseException):
-    """The check ran past `CAP_SECONDS` (a BaseException: the learner's `except Exception`
-    must not swallow it)."""
+    """Past `CAP_SECONDS` (a BaseException: the learner's `except Exception` lets it by)."""
 
 
 @contextlib.contextmanager
@@ -218,12 +205,11 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
 def stub_of(exc: BaseException) -> str:
     """Which stub raised `exc`, and what to do about it."""
     text = str(exc)
+    frame = _learner_frame(exc)
+    name = f"`{frame.name}`" if frame else "a function"
+    where = f"{name} raises NotImplementedError ({text})"
     if text.endswith(_STUB):
         where = f"`{text[: -len(_STUB)]}` still has its stub"
-    else:
-        frame = _learner_frame(exc)
-        name = f"`{frame.name}`" if frame else "a function"
-        where = f"{name} raises NotImplementedError ({text})"
     return f"{where}. Write it, run its cell, then run this check again."
 
 
