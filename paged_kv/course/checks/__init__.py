@@ -1,12 +1,7 @@
 """Exercise checks, one module per chapter: the library's own scenarios, run against the
-learner's code.
-
-Each `check_*` is a declaration on the one harness (`harness`): the learner's object and the
-library's reference driven through the same random operations, compared after each; a
-difference raises `CheckFailed` naming one cause (`causes`), with the shrunk lines that
-replay it; a stub still in place raises `ExerciseNotDone`. In Jupyter both print only their
-message (no traceback into the checks). The test suite runs the same checks on the library,
-so both meet one standard.
+learner's code on the one harness (`harness`). A difference raises `CheckFailed` naming one
+cause (`causes`) with the shrunk lines that replay it; a stub still in place raises
+`ExerciseNotDone`. The test suite runs the same checks on the library: one standard for both.
 """
 
 import importlib

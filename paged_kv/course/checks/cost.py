@@ -1,13 +1,8 @@
-"""How an operation's work grows with the size of a structure, machine-independently.
-
-Three meters, each blind where the others see: `count_lines_executed` (Python lines run: a
-loop over the pool shows at once); `instrument` (the containers an object holds swapped for
-counting twins, which count every entry a call touches, in C too: `min()`, `sorted()`,
-`x in list`, `list.remove`, `list.pop(0)`, iterating a dict...); and `grows_in_time` (seconds at
-two sizes, the fastest of interleaved rounds, confirmed twice, with a wide margin: for what the
-other two cannot see, a scan over a `range` or a bytearray). `constant_work` puts the first two
-together: the work of one action at two sizes.
-"""
+"""How an operation's work grows with the size of a structure, machine-independently, by
+three meters each blind where the others see: Python lines run (`count_lines_executed`);
+entries touched in the containers an object holds, in C too (`instrument` swaps them for
+counting twins: `min()`, `x in list`, `list.pop(0)`...); seconds at two sizes, with a wide
+margin, for the rest (`grows_in_time`: a scan over a `range` or a bytearray)."""
 
 from __future__ import annotations
 
@@ -23,6 +18,7 @@ from typing import Any
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import CheckFailed, stage
 
+Sizes = tuple[int, int]
 _HERE = __file__
 _CHECKS = str(__file__).rsplit("/", 1)[0]  # paged_kv/course/checks
 
@@ -262,7 +258,7 @@ def work_of(obj: Any, action: Callable[[], Any]) -> tuple[int, Meter, Counter[st
 def constant_work(
     build: Callable[[int], tuple[Any, Any]],
     action: Callable[[Any, Any], Any],
-    sizes: tuple[int, int],
+    sizes: Sizes,
     *,
     what: str,
     unit: str,
@@ -287,7 +283,7 @@ def grew(
     what: str,
     small: int,
     large: int,
-    sizes: tuple[int, int],
+    sizes: Sizes,
     unit: str,
     meter: Meter,
     small_lines: Counter[str],
@@ -303,23 +299,14 @@ def grew(
         top = max(growth, key=growth.__getitem__, default="")
         where = f", mostly in `{top.split('.<genexpr>')[0]}`" if top else ""
     small_size, large_size = (f"{size:,} {unit}" for size in sizes)
+    fields = {"what": what, "small": small, "large": large, "where": where}
     return causes.say(
-        causes.WORK_GROWS,
-        hint,
-        what=what,
-        small=small,
-        large=large,
-        small_size=small_size,
-        large_size=large_size,
-        where=where,
+        causes.WORK_GROWS, hint, small_size=small_size, large_size=large_size, **fields
     )
 
 
 def grows_in_time(
-    make: Callable[[int], Any],
-    work: Callable[[Any], None],
-    sizes: tuple[int, int],
-    factor: float = 25.0,
+    make: Callable[[int], Any], work: Callable[[Any], None], sizes: Sizes, factor: float = 25.0
 ) -> float | None:
     """The time of `work(obj)` on a fresh object of the large size over the small one, if it
     exceeds `factor` in two separate measurements, else None."""

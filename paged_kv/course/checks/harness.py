@@ -1,12 +1,9 @@
 """The one grading harness: the learner's object and the library's reference driven through
 the same calls, compared after each, the first difference shrunk to a replayable repro and
-reported as one cause (`causes`).
-
-An `exercise` check runs `fixed(scenario)` for the scenarios its text names, then
-`search(play, draw, ...)`: `draw(rng)` gives a trial's operations as intents that stay legal
-when others are removed (resolved against the state when applied), so that any subsequence
-replays; `play(ops, trial)` builds the learner's object and the reference and applies each
-operation through the `Trial`. The wrong answers live as data in tests/wrong/chNN/.
+reported as one cause (`causes`). A check runs `fixed(scenario)` for the scenarios its text
+names, then `search(play, draw, ...)`: `draw(rng)` gives a trial's operations as intents that
+stay legal when others are removed, so that any subsequence replays; `play(ops, trial)` builds
+both objects and applies each operation through the `Trial`.
 """
 
 from __future__ import annotations
