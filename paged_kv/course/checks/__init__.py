@@ -18,4 +18,4 @@ for _chapter in _CHAPTERS:  # each chapter's checks (its __all__, or its check_*
     _checks = getattr(_module, "__all__", [n for n in vars(_module) if n.startswith("check_")])
     # Every check reports a stub as "not done yet", in one line (the labelled ones do already).
     globals().update({name: stubs_as_not_done(getattr(_module, name)) for name in _checks})
-    __all__ += _checks
+    __all__ += _checks  # pyright: ignore[reportUnsupportedDunderAll]

@@ -24,6 +24,7 @@ from paged_kv.course.checks import causes
 from paged_kv.errors import PagedKVError
 
 F = TypeVar("F", bound=Callable[..., Any])
+Errors = tuple[type[Exception], ...]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
@@ -66,11 +67,7 @@ def passed(what: str) -> None:
 
 
 def expect_raises(
-    error: type[Exception] | tuple[type[Exception], ...],
-    action: Callable[[], Any],
-    what: str,
-    *,
-    hint: str = "",
+    error: Errors | type[Exception], action: Callable[[], Any], what: str, *, hint: str = ""
 ) -> BaseException:
     """Run `action`, which must raise `error`; return the exception."""
     names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
