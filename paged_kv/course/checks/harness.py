@@ -27,7 +27,7 @@ from paged_kv.errors import PagedKVError
 Thunk = Callable[[], Any]
 Play = Callable[[list[Any], "Trial"], None]
 Draw = Callable[[random.Random], list[Any]]
-Compare = Callable[[Any, Any], "str | None"] | None
+Compare = Callable[[Any, Any], str | None] | None
 Errors = tuple[type[Exception], ...]
 _MAX_RUNS = 300  # the most replays one shrink may take
 
@@ -89,9 +89,9 @@ class Trial:
     def _check_watched(self, line: str) -> None:
         for watched in self._watched:
             watched[0] = given_to = watched[0] or line
-            if watched[2] != watched[1]:
+            _, given, handed = watched
+            if handed != given:
                 when = "after the call" if given_to == line else f"after the later `{line}`"
-                given, handed = watched[1:]
                 self.fail(causes.MUTATES_ARGUMENT, line=given_to, want=given, got=handed, when=when)
 
     def read(self, expr: str, fn: Thunk) -> Any:
