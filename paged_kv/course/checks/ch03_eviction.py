@@ -1,10 +1,6 @@
 """Chapter 03 checks: an eviction policy evicts like the library's LFU / aging LFU (or, for
-the open exercise, keeps the policy contract), in O(1) work with bounded structures.
-
-Random calls, as `BlockPool` makes them, go to the learner's policy and to the library's; every
-victim, `len`, `in` and count must agree. The policy's `key_of` names each block's content apart
-from its id, so a victim must be the block itself. Only behaviour and counted work are checked,
-never a structure: any that is O(1) passes.
+the open exercise, keeps the policy contract), in O(1) work with bounded structures. Only
+behaviour and counted work are checked, never a structure: any that is O(1) passes.
 """
 
 from __future__ import annotations
@@ -21,13 +17,12 @@ from paged_kv.course.checks.harness import Trial, fixed, search
 from paged_kv.errors import InvalidBlock
 
 _KINDS = ("touch", "touch", "touch", "make_evictable", "revive", "forget", "evict", "evict")
-_IN = "`in` says whether a block is evictable"
 _READS: list[Any] = [("len(policy)", len, "len counts the evictable blocks")]
-_READS += [(f"{x} in policy", lambda p, x=x: x in p, _IN) for x in range(8)]
+_READS += [(f"{x} in policy", lambda p, x=x: x in p, "`in`: is it evictable") for x in range(8)]
 _COUNT = (
-    "only touch adds one (make_evictable and revive do not); a block evicted or forgotten "
-    "starts again from 0; with a window, a touch leaving it takes one off its block's count "
-    "unless that block has been evicted or forgotten since"
+    "only touch adds one (not make_evictable or revive); a block evicted or forgotten starts "
+    "from 0 again; a touch leaving the window takes one off its block's count unless that "
+    "block has gone since"
 )
 _COUNTS = [(f"policy.count({x})", lambda p, x=x: p.count(x), _COUNT) for x in range(8)]
 _ORDER = (
@@ -36,31 +31,43 @@ _ORDER = (
 )
 # What random trials leave out: evict with nothing evictable (InvalidBlock, never None), then
 # once more after the last candidate went.
+_SET = (0, 1, 2, 254, 255, 300)  # the counts set_count sets
 _RULES = [("evict", 0, 0), ("make_evictable", 4, 0), ("evict", 0, 0), ("evict", 0, 0)]
 _SIZES = (200, 10_000)  # blocks passing through a cache of half as many
 _O1 = "Every call must be O(1): no search over the blocks, even in C (min, sorted, `in` on a list)."
+_UP = "Finding the lowest count must not walk up through the counts."
 _FORGET = (
-    "Remove a block's entries when it is evicted or forgotten (a history of evicted blocks, "
-    "such as ghosts, is trimmed to a fixed size), so memory is bounded by the cache and the "
-    "window."
+    "Remove a block's entries when it is evicted or forgotten (trim a history of evicted blocks, "
+    "such as ghosts, to a fixed size): memory is bounded by the cache and the window."
 )
 
 
-class _Learner:
-    """The learner's policy class under check: built with a window when it ages, and a `key_of`
-    that names each block's content apart from its id."""
+class _PolicyCheck:
+    """One check of a learner's policy class: random calls, as `BlockPool` makes them, to it and
+    to the library's policy, whose `len`, `in` (and, where `exact`, victims, refusals and counts)
+    must agree; the rules the trials leave out; the work and the memory."""
 
-    def __init__(self, policy_cls: Any, check: str, aging: bool) -> None:
+    def __init__(self, policy_cls: Any, check: str, *, exact: bool, aging: bool = False) -> None:
         if not callable(policy_cls):
             why = "pass your policy's class (such as `BucketLFU`), not an instance"
             message = causes.say(causes.BAD_SIGNATURE, doing=f"checks.{check}", why=why)
             raise CheckFailed(message, causes.BAD_SIGNATURE)
         self.cls: Any = policy_cls
-        self.aging = aging
+        self.check, self.exact, self.aging = check, exact, aging
         self.name = getattr(getattr(policy_cls, "func", policy_cls), "__name__", "Policy")
+        self.kinds = (*_KINDS, "set_count") if exact and not aging else _KINDS
+
+    def run(self, seed: int) -> None:
+        with stage("random trials on 8 blocks"):
+            search(self.play, self.draw, trials=150, seed=seed, what=self.check)
+        self.costs()
+        self.no_garbage()
+        if self.exact:
+            fixed(partial(self.play, [4 if self.aging else 0, *_RULES], empty=True))
 
     def built(self, window: int, trial: Trial | None = None) -> Any:
-        """A policy, built in `trial` (or under `call`)."""
+        """A policy, with `window` if it ages, whose `key_of` names each block's content apart
+        from its id; built in `trial` (or under `call`)."""
         line = f"policy = {self.name}({f'window={window}' if self.aging else ''})"
         if trial is None:
             return call(line, self._made, window)
@@ -71,7 +78,12 @@ class _Learner:
         policy.key_of = lambda b: f"content-{b}"
         return policy
 
-    def play(self, exact: bool, ops: list[Any], trial: Trial, empty: bool = False) -> None:
+    def draw(self, rng: random.Random) -> list[Any]:
+        window = rng.randint(1, 6) if self.aging else 0
+        ops = [(rng.choice(self.kinds), rng.randrange(8), rng.choice(_SET)) for _ in range(60)]
+        return [window, *ops]
+
+    def play(self, ops: list[Any], trial: Trial, empty: bool = False) -> None:
         """The operations on a policy and on the library's LFU (aging with a window), `len`,
         `in` and (`exact`) every count read back after each. An evict with nothing evictable
         is played only where `empty`, a revive of a block not evictable only where `exact`."""
@@ -79,18 +91,35 @@ class _Learner:
         mine, ref = self.built(window, trial), AgingLFU(window) if window else LFU()
         for kind, b, c in calls:
             skip = kind == "evict" and not (len(ref) or empty)
-            if skip or (kind == "revive" and b not in ref and not exact):
+            if skip or (kind == "revive" and b not in ref and not self.exact):
                 continue
-            _apply(
-                trial, mine, ref, exact, kind, {"evict": (), "set_count": (b, c)}.get(kind, (b,))
-            )
-            for expr, read, hint in (_READS + _COUNTS) if exact else _READS:
+            self.apply(trial, mine, ref, kind, {"evict": (), "set_count": (b, c)}.get(kind, (b,)))
+            for expr, read, hint in (_READS + _COUNTS) if self.exact else _READS:
                 trial.expect(expr, trial.read(expr, lambda r=read: r(mine)), read(ref), hint)
 
+    def apply(self, trial: Trial, mine: Any, ref: LFU, kind: str, args: tuple) -> None:
+        """One call on both policies (not `exact`: any victim that is evictable, itself)."""
+        line = f"policy.{kind}({', '.join(map(str, args))})"
+        if kind == "revive" and args[0] not in ref:
+            refusal = InvalidBlock(f"block {args[0]} is not evictable")
+            why = f"block {args[0]} is not evictable: the caller's bug, never ignored"
+            trial.refuses(line, lambda: mine.revive(*args), refusal, why=why, also=(KeyError,))
+        elif kind == "evict" and not self.exact:
+            victim = trial.run(line, lambda: mine.evict())
+            evictable = [b for b in range(8) if b in ref]
+            if not isinstance(victim, int) or victim not in evictable:
+                hint = "return the victim itself (`return block`), one of the evictable blocks"
+                want = f"a block id, one of {evictable}"
+                trial.fail(causes.WRONG_RESULT, hint, line=line, want=want, got=repr(victim))
+            ref.forget(victim)
+        else:  # the library's result or refusal (only evict refuses) is the one
+            theirs = partial(getattr(ref, "_set_count" if kind == "set_count" else kind), *args)
+            hint, why = _ORDER if kind == "evict" else "", "nothing is evictable"
+            trial.same(line, lambda: getattr(mine, kind)(*args), theirs, why=why, hint=hint)
+
     def costs(self) -> None:
-        """50 more blocks passing through a cache of 100 and one of 5,000 (of counts 1 to 10,
-        the window 4 × the blocks) cost the same work, and time; evicting from count 255
-        costs what evicting from count 1 does."""
+        """50 more blocks through a cache of 100 and one of 5,000 (the window 4 × the blocks)
+        cost the same work and time; evicting from count 255 costs what it does from count 1."""
         cached = {}
         for n in _SIZES:
             with stage(doing := f"{n:,} blocks passing through a cache of {n // 2:,}"):
@@ -99,27 +128,19 @@ class _Learner:
         through = "50 more blocks passing through the cache"
         work = partial(call, through, _more)
         constant_work(cached.__getitem__, work, _SIZES, what=through, unit="blocks", hint=_O1)
-        steps = "Finding the lowest count must not walk up through the counts."
-        evictions = partial(call, "10 evictions", lambda p, _: [p.evict() for _ in range(10)])
-        touches = (1, 255)
+        ten = "10 evictions"
+        evictions = partial(call, ten, lambda p, _: [p.evict() for _ in range(10)])
         constant_work(
-            self._touched,
-            evictions,
-            touches,
-            what="10 evictions",
-            unit="touches a block",
-            hint=steps,
-            slack=200,
+            self._touched, evictions, (1, 255), what=ten, unit="touches each", hint=_UP, slack=200
         )
         with stage("timing 30 blocks passing through caches of 100 and 5,000"):
             ratio = grows_in_time(cached.__getitem__, lambda c: _more(c[0], c[1], 30), _SIZES)
         if ratio is not None:
-            message = (
-                f"30 blocks took {ratio:,.0f}× longer to pass through a cache of 5,000 than "
-                "one of 100 (the fastest of 3 rounds, measured twice): work that grows with "
-                "the cache, where the counts cannot see it."
+            raise CheckFailed(
+                f"30 blocks took {ratio:,.0f}× longer to pass through a cache of 5,000 than one "
+                "of 100 (the fastest of 3 rounds, twice): work the counts cannot see grows.",
+                causes.WORK_GROWS,
             )
-            raise CheckFailed(message, causes.WORK_GROWS)
 
     def _touched(self, count: int) -> tuple[Any, int]:
         policy = self.built(8_000)  # a window that keeps every touch
@@ -133,16 +154,10 @@ class _Learner:
         blocks are hit 2,000 times each, no container grows by more than 2,000 entries."""
         policy = self.built(400)
         with stage("20,000 blocks passing through a cache of 100"):
-            call(
-                "blocks 0..9,999 passing through a cache of 100", _churn, policy, 100, range(10_000)
-            )
+            call("blocks 0..9,999 passing", _churn, policy, 100, range(10_000))
             before = _sizes(policy)
             call("blocks 10,000..29,999 passing", _churn, policy, 100, range(10_000, 30_000))
-            last = range(29_990, 30_000)
-            call(
-                "2,000 hits on each of the last blocks",
-                lambda: [_hit(policy, b, 2_000) for b in last if b in policy],
-            )
+            call("hitting the last blocks 2,000 times", _hit, policy, range(29_990, 30_000), 2_000)
         after = _sizes(policy)
         key = max(after, key=lambda k: after[k] - before.get(k, 0), default="")
         small, large = before.get(key, 0), after.get(key, 0)
@@ -153,49 +168,25 @@ class _Learner:
             raise CheckFailed(causes.say(cause, _FORGET, **fields), cause)
 
 
-def _apply(trial: Trial, mine: Any, ref: LFU, exact: bool, kind: str, args: tuple) -> None:
-    """One call on both policies; `exact`: the same victim or refusal, else any victim that is
-    evictable, returned as itself."""
-    line = f"policy.{kind}({', '.join(map(str, args))})"
-    if kind == "revive" and args[0] not in ref:
-        refusal = InvalidBlock(f"block {args[0]} is not evictable")
-        why = f"block {args[0]} is not evictable: the caller's bug, never ignored"
-        trial.refuses(line, lambda: mine.revive(*args), refusal, why=why, also=(KeyError,))
-    elif kind == "evict" and exact:
-        trial.same(line, lambda: mine.evict(), ref.evict, why="nothing is evictable", hint=_ORDER)
-    elif kind == "evict":
-        victim, evictable = trial.run(line, lambda: mine.evict()), [b for b in range(8) if b in ref]
-        if not isinstance(victim, int) or victim not in evictable:
-            hint = "return the victim itself (`return block`), one of the evictable blocks"
-            want = f"a block id, one of {evictable}"
-            trial.fail(causes.WRONG_RESULT, hint, line=line, want=want, got=repr(victim))
-        ref.forget(victim)
-    else:
-        theirs = getattr(ref, "_set_count" if kind == "set_count" else kind)
-        trial.same(line, lambda: getattr(mine, kind)(*args), lambda: theirs(*args))
-
-
-def _hit(policy: Any, block: int, times: int) -> None:
-    """A cached block hit `times` times: back in use, touched, cached again."""
-    for _ in range(times):
-        policy.revive(block)
-        policy.touch(block)
-        policy.make_evictable(block)
+def _hit(policy: Any, blocks: Any, times: int) -> None:
+    """Each of `blocks` that is cached hit `times` times: back in use, touched, cached again."""
+    for block in (b for b in blocks if b in policy):
+        for _ in range(times):
+            policy.revive(block)
+            policy.touch(block)
+            policy.make_evictable(block)
 
 
 def _churn(policy: Any, cache: int, blocks: range) -> None:
     """`blocks` pass through a cache of `cache` blocks: block b is touched, then every third
-    forgets the block three before it, the others are cached and hit b % 10 times; every
-    fifth also hits the block ten before it."""
+    forgets the block three before it, the others are cached and hit b % 10 times."""
     for b in blocks:
         policy.touch(b)
         if b % 3 == 0:
             policy.forget(b - 3)
         else:
             policy.make_evictable(b)
-            _hit(policy, b, b % 10)
-        if b % 5 == 0 and b - 10 in policy:
-            _hit(policy, b - 10, 1)
+            _hit(policy, [b], b % 10)
         while len(policy) > cache:
             policy.evict()
 
@@ -215,37 +206,17 @@ def _sizes(policy: Any) -> dict[str, int]:
     return sizes
 
 
-def _check(policy_cls: Any, check: str, seed: int, *, exact: bool, aging: bool = False) -> None:
-    """Random trials against the library's policy, the cost of the learner's, then (`exact`)
-    the rules the random trials leave out."""
-    learner = _Learner(policy_cls, check, aging)
-    kinds = (*_KINDS, "set_count") if exact and not aging else _KINDS
-    draw = partial(_draw, kinds, aging)
-    with stage("random trials on 8 blocks"):
-        search(partial(learner.play, exact), draw, trials=150, seed=seed, what=check)
-    learner.costs()
-    learner.no_garbage()
-    if exact:
-        fixed(partial(learner.play, True, [4 if aging else 0, *_RULES], empty=True))
-
-
-def _draw(kinds: tuple[str, ...], aging: bool, rng: random.Random) -> list[Any]:
-    window = rng.randint(1, 6) if aging else 0
-    counts = [0, 1, 2, 254, 255, 300]
-    return [window] + [(rng.choice(kinds), rng.randrange(8), rng.choice(counts)) for _ in range(60)]
-
-
 @exercise(1, "BucketLFU")
 def check_lfu(lfu_cls: type, *, seed: int = 0) -> None:
     """`lfu_cls()` evicts like the library's `LFU`, in O(1) work with bounded structures."""
-    _check(lfu_cls, "check_lfu", seed, exact=True)
+    _PolicyCheck(lfu_cls, "check_lfu", exact=True).run(seed)
     passed("evicts like LFU on 150 random trials, in O(1) work, bounded")
 
 
 @exercise(2, "WindowLFU")
 def check_aging(aging_cls: type, *, seed: int = 1) -> None:
     """`aging_cls(window=w)` evicts like `AgingLFU(window=w)`, in O(1) work, bounded."""
-    _check(aging_cls, "check_aging", seed, exact=True, aging=True)
+    _PolicyCheck(aging_cls, "check_aging", exact=True, aging=True).run(seed)
     passed("ages like AgingLFU on 150 random trials, in O(1) work, bounded")
 
 
@@ -253,5 +224,5 @@ def check_aging(aging_cls: type, *, seed: int = 1) -> None:
 def check_policy_contract(policy_cls: type, *, seed: int = 2) -> None:
     """`policy_cls()` keeps the interface's promises (victims are evictable blocks returned as
     themselves, `len` and `in` exact), in O(1) work, and what it remembers stays bounded."""
-    _check(policy_cls, "check_policy_contract", seed, exact=False)
+    _PolicyCheck(policy_cls, "check_policy_contract", exact=False).run(seed)
     passed("victims evictable, len and `in` exact on 150 random trials; O(1) work, bounded memory")
