@@ -29,7 +29,7 @@ _ORDER = (
 )
 _SET = (0, 1, 2, 254, 255, 300)  # the counts set_count sets
 _RULES = [("evict", 0, 0), ("make_evictable", 4, 0), ("evict", 0, 0), ("evict", 0, 0)]
-_SIZES = (200, 10_000)  # blocks passing through a cache of half as many
+_SIZES = (100, 5_000)  # cached blocks, once twice as many have passed through
 _O1 = "Every call must be O(1): no search over the blocks, even in C (min, sorted, `in` on a list)."
 _UP = "Finding the lowest count must not walk up through the counts."
 _FORGET = "Drop a block's entries when it is evicted or forgotten; trim a history to a fixed size."
@@ -107,16 +107,16 @@ class _PolicyCheck:
             trial.same(line, lambda: getattr(mine, kind)(*args), theirs, why=why, hint=hint)
 
     def costs(self) -> None:
-        """50 more blocks through a cache of 100 and one of 5,000 (the window 4 × the blocks)
+        """50 more blocks through a cache of 100 and one of 5,000 (the window 8 × the cache)
         cost the same work and time; evicting from count 255 costs what it does from count 1."""
         cached = {}
         for n in _SIZES:
-            with stage(doing := f"{n:,} blocks passing through a cache of {n // 2:,}"):
-                cached[n] = self.built(4 * n), range(10 * n, 10 * n + 50)
-                call(doing, _churn, cached[n][0], range(n), n // 2)
-        through = "50 more blocks passing through the cache"
-        work = partial(call, through, _churn)
-        constant_work(cached.__getitem__, work, _SIZES, what=through, unit="blocks", hint=_O1)
+            with stage(doing := f"{2 * n:,} blocks passing through a cache of {n:,}"):
+                cached[n] = self.built(8 * n), range(20 * n, 20 * n + 50)
+                call(doing, _churn, cached[n][0], range(2 * n), n)
+        more = "50 more blocks passing through the cache"
+        work = partial(call, more, _churn)
+        constant_work(cached.__getitem__, work, _SIZES, what=more, unit="cached blocks", hint=_O1)
         ten = "10 evictions"
         evictions = partial(call, ten, lambda p, _: [p.evict() for _ in range(10)])
         constant_work(
