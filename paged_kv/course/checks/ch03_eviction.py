@@ -19,8 +19,8 @@ _KINDS = ("touch", "touch", "touch", "make_evictable", "revive", "forget", "evic
 _READS: list[Any] = [("len(policy)", len, "len counts the evictable blocks")]
 _READS += [(f"{x} in policy", lambda p, x=x: x in p, "`in`: is it evictable") for x in range(8)]
 _COUNT = (
-    "only touch adds one (not make_evictable or revive); a block evicted or forgotten starts "
-    "from 0 again; a touch leaving the window takes one off its block's count unless it went"
+    "only touch adds one (not make_evictable or revive); a block evicted or forgotten starts from "
+    "0 again; a touch leaving the window takes one off its block's count unless it has gone since"
 )
 _COUNTS = [(f"policy.count({x})", lambda p, x=x: p.count(x), _COUNT) for x in range(8)]
 _ORDER = (
