@@ -12,6 +12,7 @@ import argparse
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,11 +99,10 @@ def _without(label: str, message: str) -> str:
 
 def report(grades: list[NotebookGrade]) -> str:
     """The per-exercise summary, as text."""
-    lines, count = [], dict.fromkeys(_MARK, 0)
+    lines, count = [], Counter(v.status for grade in grades for v in grade.verdicts)
     for grade in grades:
         lines.append(f"{grade.path}  ({grade.seconds:.0f} s)")
         for v in grade.verdicts:
-            count[v.status] += 1
             lines.append(f"  {_MARK[v.status]} {v.status:<9} {v.label}")
             lines += [f"      {x}" for x in v.message.splitlines() if v.status != PASSED]
         lines += [f"  ❌ error     {error}" for error in grade.errors]

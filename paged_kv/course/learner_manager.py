@@ -46,9 +46,7 @@ class LearnerManager(KVCacheManager):
                 "the learner hooks (block_hasher, prefix_lookup, allocate_table) are parts of "
                 "the hash chain; use them with prefix_index='hash'."
             )
-        self._memo: weakref.WeakKeyDictionary[TokenSequence, list[BlockHash]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._memo = weakref.WeakKeyDictionary[TokenSequence, list[BlockHash]]()
         super().__init__(num_blocks, block_size, **kwargs)
         index = self.prefix_cache  # the hash chain (or none) wherever a chain part is used
         self.hash_index = index if isinstance(index, PrefixCache) else None
