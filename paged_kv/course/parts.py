@@ -8,11 +8,11 @@ diff. `load("pool")` imports it back; `load_all()` gives every part with a note 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import linecache
 import os
 import re
+import runpy
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -87,11 +87,7 @@ def load(name: str) -> Any:
     path = parts_dir() / f"{name}.py"
     if not path.exists():
         return None
-    spec = importlib.util.spec_from_file_location(f"my_paged_kv.{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PART
+    return runpy.run_path(str(path), run_name=f"my_paged_kv.{name}")["PART"]
 
 
 def load_all() -> dict[str, tuple[Any, str]]:
