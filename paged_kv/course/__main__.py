@@ -11,10 +11,10 @@ from paged_kv.course.grade import main as grade
 def main(argv: list[str]) -> int:
     if argv[:1] == ["grade"]:
         return grade(argv[1:])
-    if argv[:1] in (["-h"], ["--help"]):
+    if argv[:1] in ([], ["-h"], ["--help"]):
         print(__doc__)
-        return 0
-    print(f"unknown command {' '.join(argv[:1]) or '(none)'}: {__doc__}", file=sys.stderr)
+        return 0 if argv else 2
+    print(f"unknown command {argv[0]!r}: {__doc__}", file=sys.stderr)
     return 2
 
 
