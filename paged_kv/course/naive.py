@@ -52,33 +52,6 @@ class ScanBlockPool:
         return ids
 
 
-class ListLRU:
-    """Least-recently-used order in a Python list (least recent first): `touch` does
-    `list.remove` and `evict` does `list.pop(0)`, both O(number of keys)."""
-
-    def __init__(self) -> None:
-        self.order: list[Hashable] = []
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.order
-
-    def touch(self, key: Hashable) -> None:
-        if key in self.order:
-            self.order.remove(key)
-        self.order.append(key)
-
-    def remove(self, key: Hashable) -> None:
-        self.order.remove(key)
-
-    def evict(self) -> Hashable:
-        if not self.order:
-            raise KeyError("nothing to evict: the LRU is empty")
-        return self.order.pop(0)
-
-
 class HeapLFU(EvictionPolicy):
     """LFU with a heap of (count, tick, key) entries and lazy deletion: every touch pushes a
     new entry and leaves the old one as garbage until it surfaces at `evict`, so the heap grows

@@ -34,7 +34,7 @@ _LIBRARY_DIRS = tuple(
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 _stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
 CAP_SECONDS = 10.0  # the most one check may take, on any answer
-_STUB = ": replace this line with your code"
+STUB = ": replace this line with your code"
 
 
 class _ShownAsMessage:
@@ -205,8 +205,8 @@ def stub_of(exc: BaseException) -> str:
     frame = _learner_frame(exc)
     name = f"`{frame.name}`" if frame else "a function"
     where = f"{name} raises NotImplementedError ({text})"
-    if text.endswith(_STUB):
-        where = f"`{text[: -len(_STUB)]}` still has its stub"
+    if text.endswith(STUB):
+        where = f"`{text[: -len(STUB)]}` still has its stub"
     return f"{where}. Write it, run its cell, then run this check again."
 
 
