@@ -10,6 +10,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from paged_kv.cache.block_ids import check_block_id
 from paged_kv.cache.eviction import EvictionPolicy
 from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.serving.model import TinyLM
@@ -31,6 +32,9 @@ class ScanBlockPool:
     @property
     def num_free(self) -> int:
         return self.used.count(FREE)
+
+    def ref_count(self, block_id: int) -> int:
+        return int(self.used[check_block_id(block_id, self.num_blocks)])
 
     def allocate(self, n: int = 1) -> list[int]:
         free = [i for i, used in enumerate(self.used) if used is FREE]
