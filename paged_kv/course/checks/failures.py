@@ -24,7 +24,6 @@ from paged_kv.course.checks import causes
 from paged_kv.errors import PagedKVError
 
 F = TypeVar("F", bound=Callable[..., Any])
-Errors = tuple[type[Exception], ...]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
@@ -64,26 +63,6 @@ def expect(condition: bool, message: str, cause: str = causes.UNNAMED) -> None:
 def passed(what: str) -> None:
     label = _label.get()
     print(f"✅ {label}: {what}" if label else f"✅ {what}: all checks passed")
-
-
-def expect_raises(
-    error: Errors | type[Exception], action: Callable[[], Any], what: str, *, hint: str = ""
-) -> BaseException:
-    """Run `action`, which must raise `error`; return the exception."""
-    names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
-    hint = f" {hint}" if hint else ""
-    try:
-        result = action()
-    except error as exc:
-        return exc
-    except (CheckFailed, NotImplementedError):
-        raise
-    except Exception as exc:  # the wrong error type is a learner mistake worth naming
-        saw = f"your code raised {type(exc).__name__}: {exc}{where_raised(exc)}"
-        cause = causes.WRONG_ERROR
-    else:
-        saw, cause = f"it returned {short_repr(result)}", causes.MISSING_REFUSAL
-    raise CheckFailed(f"{what} should raise {names}, but {saw}.{hint}", cause)
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
@@ -188,11 +167,8 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
     if _learner_frame(exc) is None:  # the library refused a state the learner's code made
         text = str(exc).rstrip()
         text += "" if text.endswith((".", "!", "?")) else "."
-        return CheckFailed(
-            f"{label}: the library raised {type(exc).__name__}: {text} Your code returned "
-            f"without an error earlier, but left things in a state the library refuses.{step}",
-            causes.LIBRARY_REFUSED,
-        )
+        said = causes.say(causes.LIBRARY_REFUSED, error=f"{type(exc).__name__}: {text}")
+        return CheckFailed(f"{label}: {said}{step}", causes.LIBRARY_REFUSED)
     return CheckFailed(
         f"{label}: your code raised {type(exc).__name__}: {exc}{where_raised(exc)}.{step}",
         causes.RAISED,
@@ -249,10 +225,10 @@ def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         mine = isinstance(exc, TypeError) and _learner_frame(exc) is None
         wrong = _cannot_take(fn, args, kwargs) if mine else ""
         if wrong:  # the call itself failed: the learner's signature, not the library
+            said = causes.say(causes.BAD_SIGNATURE, doing=doing, why=f"{wrong} ({exc})")
+            label = _label.get() or "this check"
             raise CheckFailed(
-                f"{_label.get() or 'this check'}: {doing} failed before your code ran: "
-                f"{wrong} ({exc}).\nThe check was running: {doing}",
-                causes.BAD_SIGNATURE,
+                f"{label}: {said}\nThe check was running: {doing}", causes.BAD_SIGNATURE
             ) from None
         raise learner_error(exc, doing=doing) from None
 
