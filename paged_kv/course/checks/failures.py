@@ -84,10 +84,10 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
             try:
                 with _capped():
                     return check(*args, **kwargs)
-            except CheckFailed as exc:
-                raise CheckFailed(_labelled(label, str(exc)), exc.cause) from None
-            except ExerciseNotDone as exc:
-                raise ExerciseNotDone(_labelled(label, str(exc))) from None
+            except (CheckFailed, ExerciseNotDone) as exc:
+                if not str(exc).startswith(label):
+                    exc.args = (f"{label}: {exc}",)
+                raise
             except _OutOfTime as late:
                 message = causes.say(causes.TOO_SLOW, seconds=CAP_SECONDS, stage=late.args[0])
                 raise CheckFailed(f"{label}: {message}", causes.TOO_SLOW) from None
@@ -102,10 +102,6 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
         return cast(F, run)
 
     return wrap
-
-
-def _labelled(label: str, message: str) -> str:
-    return message if message.startswith(label) else f"{label}: {message}"
 
 
 class _OutOfTime(BaseException):
