@@ -1,9 +1,8 @@
 """Chapter 06 checks: a learner's scheduler admits and preempts like the library's, and the
 capstone's engine on it (and on every part the learner built) generates the cache-free greedy
-tokens. A fixed scenario, or a random workload, is the Python that sets it up (the replay), run
-with the learner's class and with `Scheduler`; a scenario compares all a call may change
-(`_SEEN`), a workload every step. A wrong token in the capstone, or an error the library
-raises there, names the part at fault by swapping each part for the library's."""
+tokens. A scenario, or a random workload, is the Python that sets it up (the replay), run with
+the learner's class and with `Scheduler`, then compared on all a call may change (`_SEEN`). A
+wrong token, or an error the library raises, names the part at fault (`_served`)."""
 
 from __future__ import annotations
 
@@ -171,9 +170,9 @@ _ADMISSIONS = [
         ),
         "A request costs its tokens minus its prefix hits (manager.num_prefix_hit_tokens); admit "
         "in order while the cost fits plan.budget_left (an equal cost fits), and stop at the first "
-        "that does not; add_sequence(request_id, request.admission_sequence()) before changing its "
-        "status or the queues; its chunk is ScheduledChunk(request, request.num_cached_tokens, the "
-        "rest, True)",
+        "that does not; add_sequence(request_id, request.admission_sequence()) before changing "
+        "its status or the queues; its chunk is ScheduledChunk(request, request.num_cached_tokens, "
+        "the rest, True)",
     ),
     (
         _running(10, "[[1, 2], [11, 12]]", "list(range(20, 29))")
@@ -188,8 +187,8 @@ _ADMISSIONS = [
     (_admission(64, "[[0], [1], [2]]", running=2), "At most max_running requests run at once"),
     (
         _admission(64, "[list(range(20)), [7]]", blocks=3),
-        "When add_sequence raises OutOfBlocks "
-        "nothing changed: stop admitting, the request keeps waiting (and those behind it)",
+        "When add_sequence raises OutOfBlocks nothing changed: stop admitting, the request keeps "
+        "waiting (and those behind it)",
     ),
     (
         _admission(
@@ -216,9 +215,9 @@ _PREEMPT = (
 _PREEMPTIONS = [
     (
         _PREEMPT,
-        "Preempt the request given: free its sequence, take it out of running, status "
-        "WAITING, num_preemptions + 1, the same object (its tokens and its pending one) at the head "
-        "of waiting, and Preemption(plan.step, its id, request.num_tokens, reason) in plan.preempted",
+        "Preempt the request given: free its sequence, take it out of running, status WAITING, "
+        "num_preemptions + 1, the same object (its tokens and its pending one) at the head of "
+        "waiting, and Preemption(plan.step, its id, request.num_tokens, reason) in plan.preempted",
     ),
     (
         _PREEMPT + "\nmanager.free_sequence(1)  # behind the scheduler's back",
@@ -278,7 +277,6 @@ def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
 
 SYSTEM_PROMPT = list(b"You are a terse assistant. Reply in one line.\n")
 _MANAGER_PARTS = ("pool", "block_hasher", "prefix_lookup", "allocate_table")
-_SIZES = {"num_blocks": 30, "block_size": 4, "max_batch_tokens": 128, "max_running": 6}
 
 
 @contextmanager
@@ -317,15 +315,16 @@ def serve(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
     """The engine on `parts` (the library's for those missing) and `scheduler_cls`, after
     serving the ten requests, 10 tokens each, in a cache small enough to evict and preempt."""
     hooks = {name: parts[name] for name in _MANAGER_PARTS if name in parts}
-    factory = functools.partial(learner_manager, **hooks)
-    eviction, attention = parts.get("eviction") or "lru", parts.get("attention")
     engine = Engine(
         sensitive_model(),
-        **_SIZES,
-        eviction=eviction,
-        attention=attention,
+        num_blocks=30,
+        block_size=4,
+        max_batch_tokens=128,
+        max_running=6,
+        eviction=parts.get("eviction") or "lru",
         scheduler=scheduler_cls,
-        manager_factory=factory,
+        attention=parts.get("attention"),
+        manager_factory=functools.partial(learner_manager, **hooks),
     )
     for prompt, salt in _requests():
         engine.add_request(prompt, SamplingParams(10), salt=salt)
