@@ -271,12 +271,11 @@ def check_write_kv(fn: Callable[..., None]) -> None:
         (k1, v1), (k2, v2) = ((torch.zeros(blocks, size, 2, 3) for _ in "kv") for _ in "12")
         fn(k1, v1, slots, k, v)
         write_kv(k2, v2, slots, k, v)
+        where = f"at slots {slots.tolist()} into {blocks} blocks of {size}"
         expect(
             torch.equal(k1, k2) and torch.equal(v1, v2),
-            f"trial {trial}: after writing rows "
-            f"at slots {slots.tolist()} into {blocks} blocks of {size}, the caches differ from "
-            "the expected ones. Slot s is block s // block_size, offset s % block_size; skip "
-            "slots of -1.",
+            f"trial {trial}: after writing rows {where}, the caches differ from the expected "
+            "ones. Slot s is block s // block_size, offset s % block_size; skip slots of -1.",
             causes.WRONG_RESULT,
         )
     passed("slot-mapping write")
