@@ -237,29 +237,23 @@ _DENSE = (
     "An admitted request computes every token from its prefix hits on; a preempted one "
     "keeps its output, recomputed with its prompt"
 )
-_METHODS = [
-    (check_admission, "admit_waiting", "preempt"),
-    (check_preemption, "preempt", "admit_waiting"),
-]
 
 
 def _method_at_fault(scheduler_cls: type[Scheduler], cause: str) -> tuple[str, str]:
     """Exercise 1's and 2's checks on each method of `scheduler_cls` alone (the other one the
     library's): the first that fails names the cause, else `cause` stays; then the replay."""
-    name, why = scheduler_cls.__name__, ""
-    for check, method, other in _METHODS:
-        alone = type(name, (scheduler_cls,), {other: getattr(Scheduler, other)})
+    name = scheduler_cls.__name__
+    replay = "Replay it:\n    from paged_kv.course.checks.ch06_serving_engine import serve\n"
+    replay += f"    serve({{}}, {name})"
+    for check, method in ((check_admission, "admit_waiting"), (check_preemption, "preempt")):
+        library = {m: getattr(Scheduler, m) for m in ("admit_waiting", "preempt") if m != method}
         try:
-            check(alone)
+            check(type(name, (scheduler_cls,), library))
         except CheckFailed as failure:
-            cause, why = failure.cause, f"The cause is in your {method}: {failure}\n"
-            break
+            return failure.cause, f"The cause is in your {method}: {failure}\n{replay}"
         except Exception:  # a diagnosis only: the failure itself is reported
             continue
-    replay = (
-        f"from paged_kv.course.checks.ch06_serving_engine import serve\n    serve({{}}, {name})"
-    )
-    return cause, f"{why}Replay it:\n    {replay}"
+    return cause, replay
 
 
 @exercise(3, "both together")
