@@ -2,7 +2,7 @@
 capstone's engine on it (and on every part the learner built) generates the cache-free greedy
 tokens. A scenario, or a random workload, is the Python that sets it up (the replay), run with
 the learner's class and with `Scheduler`, then compared on all a call may change (`_SEEN`). A
-wrong token, or an error the library raises, names the part at fault (`_served`)."""
+wrong token, or an error in the run, names the part at fault (`_served`)."""
 
 from __future__ import annotations
 
@@ -414,7 +414,7 @@ def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[st
         )
     if not right_without(*parts):
         return causes.SCHEDULER_AT_FAULT, (
-            f"With the library's parts and your {scheduler_cls.__name__}, the tokens are still "
+            f"With the library's parts and your {scheduler_cls.__name__}, the run still goes "
             "wrong: your scheduler is the cause (run this notebook's checks again)."
         )
     return causes.PARTS_DISAGREE, "No single part is the cause; two of your parts disagree."
