@@ -341,20 +341,17 @@ def wrong_tokens(engine: Engine, hint: str = "") -> str | None:
     return None
 
 
-def _served(
-    parts: dict[str, Any],
-    scheduler_cls: type[Scheduler],
-    diagnose: Callable[[str], tuple[str, str]],
-    hint: str = "",
-) -> Engine:
+_Diagnose = Callable[[str], tuple[str, str]]  # the (cause, why) of a failed run from its cause
+
+
+def _served(parts: dict[str, Any], cls: type[Scheduler], diagnose: _Diagnose, hint: str) -> Engine:
     """The engine after the run; wrong tokens, or an error that is neither a stub's nor a
     hook's check's (those come through as they are), fail with `diagnose(cause)`'s verdict."""
     try:
-        engine = serve(parts, scheduler_cls)
+        engine = serve(parts, cls)
     except Exception as exc:
-        if isinstance(exc, NotImplementedError) or str(exc).startswith(
-            tuple(f"{n} " for n in parts)
-        ):
+        hooked = str(exc).startswith(tuple(f"{n} " for n in parts))
+        if hooked or isinstance(exc, NotImplementedError):
             raise  # a stub (not done yet), or a hook's check, whose message says what is wrong
         error = failures.learner_error(exc, doing="the engine run")
         wrong, cause = str(error), getattr(error, "cause", causes.RAISED)
@@ -381,7 +378,7 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
         found = {n: (mine.get(n), "yours" if n in mine else "the library's") for n in saved.PARTS}
     parts = {name: part for name, (part, _) in found.items() if part is not None}
     with one_thread():
-        stats = _served(parts, scheduler_cls, lambda _: _culprits(parts, scheduler_cls)).stats()
+        stats = _served(parts, scheduler_cls, lambda _: _culprits(parts, scheduler_cls), "").stats()
     lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
     lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
     print("The engine ran on:", *lines, sep="\n")
