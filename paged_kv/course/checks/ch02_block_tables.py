@@ -25,7 +25,16 @@ from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import exercise, expect, passed, stage
-from paged_kv.course.checks.harness import Trial, fail_with, fixed, search
+from paged_kv.course.checks.harness import (
+    Read,
+    Trial,
+    differential,
+    fail_with,
+    fixed,
+    intents,
+    name_of,
+    search,
+)
 from paged_kv.errors import OutOfBlocks
 from paged_kv.study.operations import Add, Append, Free, decode_workload
 
@@ -107,10 +116,6 @@ class _RecordingPool(BlockPool):
         return freed
 
 
-def _name(cls: Any) -> str:
-    return getattr(getattr(cls, "func", cls), "__name__", "Manager")
-
-
 _CALLS = {  # an intent's kind: the method both managers get, why it may refuse, what to do
     "add": ("add_sequence", "a live id, an empty prompt, or too few free blocks",
             "a prompt of n tokens takes ceil(n / block_size) blocks"),
@@ -123,21 +128,13 @@ _CALLS = {  # an intent's kind: the method both managers get, why it may refuse,
 }  # fmt: skip
 
 
-def _play(manager_cls: Callable[[Any], Any]) -> Callable[[list[Any], Trial], None]:
-    def play(ops: list[Any], trial: Trial) -> None:
-        num_blocks, size = ops[0]
-        pool = _RecordingPool(num_blocks, size)
-        trial.note(f"pool = BlockPool({num_blocks}, {size})")
-        mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
-        ref = KVCacheManager(num_blocks, size, prefix_caching=False)
-        tried: dict[Any, None] = {"zz": None}  # each id added (live, freed or refused), one never
-        for number, (kind, k, pick) in enumerate(ops[1:]):
-            seq, args = _intent(ref, tried, f"s{number}", kind, k, pick)
-            tried[seq] = None
-            _step(trial, mine, ref, pool, kind, seq, args)
-            _compare(trial, mine, ref, pool)
-
-    return play
+def _start(manager_cls: Callable[[Any], Any], size: tuple[int, int], trial: Trial) -> tuple:
+    """The learner's manager and the library's, each on a pool of `size`, and the ids tried
+    (live, freed or refused; "zz" never added)."""
+    pool = _RecordingPool(*size)
+    trial.note(f"pool = BlockPool({size[0]}, {size[1]})")
+    mine = trial.run(f"manager = {name_of(manager_cls, 'Manager')}(pool)", manager_cls, pool)
+    return mine, KVCacheManager(*size, prefix_caching=False), pool, {"zz": None}
 
 
 def _intent(
@@ -160,26 +157,19 @@ def _intent(
     return seq, spans[(k + int(pick * 10)) % len(spans)]
 
 
-def _step(
-    trial: Trial, mine: Any, ref: KVCacheManager, pool: _RecordingPool, kind: str, seq: Any,
-    args: tuple[Any, ...],
-) -> None:  # fmt: skip
+def _step(trial: Trial, state: tuple, op: tuple) -> list[Read]:
     """One call on both managers, then what it must not do: return its own table (add),
-    release the head first (free), call the library's slot_mapping (slots)."""
+    release the head first (free), call the library's slot_mapping (slots); then the reads."""
+    (mine, ref, pool, tried), (kind, k, pick) = state, op
+    seq, args = _intent(ref, tried, f"s{len(tried)}", kind, k, pick)
+    tried[seq] = None
     method, why, hint = _CALLS[kind]
     table = ref.block_table(seq) if seq in ref.sequence_ids else []
-    handed = [trial.hand(a) if isinstance(a, list) else a for a in args]
     line = f"manager.{method}({', '.join(map(repr, (seq, *args)))})"
     pool.released.clear()
     own = kind == "slots"  # exercise 3: its own arithmetic, not the library's slot_mapping
     with _answer_calls_of_library_slot_mapping() if own else nullcontext([]) as called:
-        got, _ = trial.same(
-            line,
-            lambda: getattr(mine, method)(seq, *handed),
-            lambda: getattr(ref, method)(seq, *args),
-            why=why,
-            hint=hint,
-        )
+        got, _ = trial.call("manager", mine, ref, method, seq, *args, why=why, hint=hint)
     if kind == "add" and isinstance(got, list):
         trial.returns_a_copy(
             line, got, f"manager.block_table({seq!r})", lambda: mine.block_table(seq)
@@ -198,6 +188,7 @@ def _step(
         name = "paged_kv.cache.block_table.slot_mapping"
         said = f"`{line}` called the library's `{name}`: exercise 3 is to write it yourself"
         fail_with(causes.CALLS_LIBRARY, f"manager.{method}", said)
+    return _reads(trial, mine, ref, pool)
 
 
 _LIBRARY_SLOTS = library.slot_mapping.__code__
@@ -223,28 +214,29 @@ def _answer_calls_of_library_slot_mapping() -> Iterator[list[bool]]:
         sys.setprofile(previous)
 
 
-def _compare(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> None:
+def _reads(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> list[Read]:
+    """Each live sequence's table (a copy of it) and length, and the pool's free blocks."""
+    reads: list[Read] = []
     for seq in ref.sequence_ids:
         table = f"manager.block_table({seq!r})"
         got = trial.read(table, partial(mine.block_table, seq))
         trial.expect(table, got, ref.block_table(seq))
         trial.returns_a_copy(table, got, table, partial(mine.block_table, seq))
         count = f"manager.num_tokens({seq!r})"
-        trial.expect(count, trial.read(count, partial(mine.num_tokens, seq)), ref.num_tokens(seq))
-    trial.expect("pool.num_free", pool.num_free, ref.pool.num_free, "every refusal takes nothing")
+        reads.append((count, partial(mine.num_tokens, seq), ref.num_tokens(seq), ""))
+    free = "every refusal takes nothing"
+    return [*reads, ("pool.num_free", lambda: pool.num_free, ref.pool.num_free, free)]
 
 
 def _search(
     manager_cls: Callable[[Any], Any], kinds: tuple[str, ...], trials: int, what: str, seed: int
 ) -> None:
     """Random trials: a pool (blocks, block size), then intents (kind, a number, a fraction)."""
-
-    def draw(rng: random.Random) -> list[Any]:
-        ops: list[Any] = [(rng.randint(1, 16), rng.randint(1, 5))]
-        return ops + [(rng.choice(kinds), rng.randint(0, 14), rng.random()) for _ in range(40)]
-
+    size = lambda rng: (rng.randint(1, 16), rng.randint(1, 5))  # noqa: E731
+    intent = lambda rng, _: (rng.choice(kinds), rng.randint(0, 14), rng.random())  # noqa: E731
     with stage("random trials on pools of up to 16 blocks"):
-        search(_play(manager_cls), draw, trials=trials, seed=seed, what=what)
+        play = differential(partial(_start, manager_cls), _step)
+        search(play, intents(size, intent, 40), trials=trials, seed=seed, what=what)
 
 
 @exercise(1, "add_sequence and free_sequence")
@@ -284,7 +276,7 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
 
     def scenario(trial: Trial) -> None:
         pool = trial.run(f"pool = {pool_name}(16, 4)", pool_cls, 16, 4)
-        mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
+        mine = trial.run(f"manager = {name_of(manager_cls, 'Manager')}(pool)", manager_cls, pool)
         ref = KVCacheManager(16, 4, prefix_caching=False)
         for op in ops:
             # (seq_id,) or (seq_id, token_ids), the tokens as the list a caller passes
