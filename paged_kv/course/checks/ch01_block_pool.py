@@ -1,11 +1,6 @@
-"""Chapter 01 checks: a block pool allocates, shares, releases and frees pages like
-`BlockPool`, in constant work per block.
-
-The pool under test has `BlockPool`'s core interface: `pool_cls(num_blocks, block_size,
-blocks_per_page=None)`, `num_free`, `ref_count(b)`, `allocate(n)`, `share(ids)`,
-`release(ids)` (returning the blocks that lost their last reference) and `free_pages()`.
-Random calls go to the learner's pool and to a `BlockPool` alike; the library's ids are
-mapped to the ones the learner's pool handed out.
+"""Chapter 01 checks: a block pool (`BlockPool`'s core interface) allocates, shares, releases
+and frees pages like `BlockPool`, in constant work per block. Random calls go to the learner's
+pool and to a `BlockPool` alike, the library's ids mapped to those the learner's pool handed out.
 """
 
 from __future__ import annotations
@@ -39,12 +34,20 @@ def _intent(kinds: tuple[str, ...], rng: random.Random, size: tuple[int, Any]) -
 def _start(pool_cls: type, size: tuple[int, Any], trial: Trial) -> tuple | None:
     """The learner's pool and a `BlockPool`, and the learner's id of each block in use mapped
     to the library's; None where the learner's pool rightly refuses pages that do not tile."""
-    (n, per), kwargs = size, {"blocks_per_page": size[1]} if size[1] else {}
-    pages_of = f", blocks_per_page={per}" if per else ""
-    made = f"pool = {name_of(pool_cls, 'Pool')}({n}, 16{pages_of})"
-    pool = trial.run(made, _made, pool_cls, n, kwargs)
-    tiles = not per or n % per == 0  # else the library counts a shorter last page
-    return None if pool is None else (pool, BlockPool(n, 16, **(kwargs if tiles else {})), {}, per)
+    (n, per), tiles = size, not size[1] or size[0] % size[1] == 0  # else a shorter last page
+    pool = trial.run(_made_line(pool_cls, n, per), _made, pool_cls, n, _pages(per), tiles)
+    return (
+        None if pool is None else (pool, BlockPool(n, 16, **_pages(per if tiles else 0)), {}, per)
+    )
+
+
+def _pages(per: int | None) -> dict[str, int]:
+    return {"blocks_per_page": per} if per else {}
+
+
+def _made_line(pool_cls: type, n: int, per: int | None) -> str:
+    pages = f", blocks_per_page={per}" if per else ""
+    return f"pool = {name_of(pool_cls, 'Pool')}({n}, 16{pages})"
 
 
 def _step(trial: Trial, state: tuple, op: tuple) -> list[Read] | None:
@@ -69,12 +72,12 @@ def _step(trial: Trial, state: tuple, op: tuple) -> list[Read] | None:
     return _reads(pool, ref, to_lib, per)
 
 
-def _made(pool_cls: type, n: int, kwargs: dict[str, int]) -> Any:
-    """The learner's pool, or None if it refuses its pages (right when they do not tile)."""
+def _made(pool_cls: type, n: int, kwargs: dict[str, int], tiles: bool) -> Any:
+    """The learner's pool, or None if it refuses pages that do not tile (as it may)."""
     try:
         return pool_cls(n, 16, **kwargs)
     except InvalidArgument:
-        if not kwargs or n % kwargs["blocks_per_page"] == 0:
+        if tiles:
             raise
         return None
 
@@ -178,9 +181,7 @@ def check_free_pages(pool_cls: type, *, seed: int = 0) -> None:
     _trials(pool_cls, ("allocate", "release"), 150, seed, "check_free_pages", pages=True)
     size = 2_000
     with stage(f"free_pages() on a {size:,}-block pool"):
-        made = f"pool = {name_of(pool_cls, 'Pool')}({size}, 16, blocks_per_page=4)"
-        pool = call(made, pool_cls, size, 16, blocks_per_page=4)
-        call(f"pool.allocate({size // 2})", pool.allocate, size // 2)
+        pool, _ = _half_full(pool_cls, size, 4)
         cost, meter, lines = work_of(pool, lambda: call("pool.free_pages()", pool.free_pages))
     if cost > _PER_BLOCK * size + 100:
         hint = (
@@ -211,44 +212,43 @@ _ACTIONS: dict[str, Callable[[Any, list[int]], Any]] = {
 }
 
 
-def _constant(pool_cls: type, method: str) -> None:
-    """10 calls of `method` on one block do the same work (lines and entries counted) in
+def _half_full(pool_cls: type, size: int, per: int | None = None) -> tuple[Any, list[int]]:
+    """A pool of `size` blocks (in pages of `per`, if given), half of them allocated."""
+    pool = call(_made_line(pool_cls, size, per), pool_cls, size, 16, **_pages(per))
+    return pool, call(f"pool.allocate({size // 2})", pool.allocate, size // 2)
+
+
+def _constant(pool_cls: type, *methods: str) -> None:
+    """10 calls of each method on one block do the same work (lines and entries counted) in
     half-full pools of 200 and 5,000 blocks, and take about the same time in half-full pools of
     1,000 and 200,000 blocks (a backstop for work in C)."""
-    what, hint = f"10 calls of pool.{method}", _ADVICE[method]
-
-    def half_full(size: int) -> tuple[Any, list[int]]:
-        pool = call(f"pool = {name_of(pool_cls, 'Pool')}({size}, 16)", pool_cls, size, 16)
-        return pool, call(f"pool.allocate({size // 2})", pool.allocate, size // 2)
-
-    def work(pool: Any, held: list[int]) -> Any:
-        return call(what, _ACTIONS[method], pool, held)
-
-    constant_work(half_full, work, _SIZES, what=what, unit="blocks in a half-full pool", hint=hint)
-    small, large = _TIMED_SIZES
-    with stage(f"timing pool.{method} in pools of {small:,} and {large:,} blocks"):
-        ratio = grows_in_time(half_full, lambda state: work(*state), _TIMED_SIZES)
-    if ratio is not None:
-        raise CheckFailed(
-            f"pool.{method} took {ratio:,.0f}× longer in a {large:,}-block pool than in a "
-            f"{small:,}-block one (the fastest of 3 rounds, measured twice): work that grows "
-            "with the pool, in C where the counts cannot see it (a `range` or a new set on each "
-            f"call?). {hint}",
-            causes.WORK_GROWS,
-        )
+    half_full, (small, large) = partial(_half_full, pool_cls), _TIMED_SIZES
+    for method in methods:
+        what, hint, work = f"10 calls of pool.{method}", _ADVICE[method], _ACTIONS[method]
+        work = partial(call, what, work)
+        unit = "blocks in a half-full pool"
+        constant_work(half_full, work, _SIZES, what=what, unit=unit, hint=hint)
+        with stage(f"timing pool.{method} in pools of {small:,} and {large:,} blocks"):
+            ratio = grows_in_time(half_full, lambda state, w=work: w(*state), _TIMED_SIZES)
+        if ratio is not None:
+            raise CheckFailed(
+                f"pool.{method} took {ratio:,.0f}× longer in a {large:,}-block pool than in a "
+                f"{small:,}-block one (the fastest of 3 rounds, measured twice): work that "
+                "grows with the pool, in C where the counts cannot see it (a `range` or a new "
+                f"set on each call?). {hint}",
+                causes.WORK_GROWS,
+            )
 
 
 @exercise(1, "allocate")
 def check_constant_time_allocate(pool_cls: type) -> None:
     """`allocate` and `num_free` do the same work in pools of 200 and of 5,000 blocks."""
-    _constant(pool_cls, "allocate")
-    _constant(pool_cls, "num_free")
+    _constant(pool_cls, "allocate", "num_free")
     passed("the same work per allocate and num_free in pools of 200 and 5,000 blocks")
 
 
 @exercise(2, "share and release")
 def check_constant_time_release(pool_cls: type) -> None:
     """`share` and `release` of one block do the same work in pools of 200 and of 5,000."""
-    _constant(pool_cls, "share")
-    _constant(pool_cls, "release")
+    _constant(pool_cls, "share", "release")
     passed("the same work per share and release in pools of 200 and 5,000 blocks")
