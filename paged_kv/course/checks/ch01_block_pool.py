@@ -113,11 +113,15 @@ def _batch_call(
         return
     from_lib = {v: k for k, v in to_lib.items()}
     trial.call(
-        "pool", pool, ref, kind, batch,
+        "pool",
+        pool,
+        ref,
+        kind,
+        batch,
         theirs=lambda: sorted(from_lib[b] for b in ref.release(lib)),
         why="an id outside the pool, or more releases than references (a double free)",
         compare=_in_any_order,
-    )  # fmt: skip
+    )
     for b in set(batch) & set(to_lib):
         if ref.ref_count(to_lib[b]) == 0:
             del to_lib[b]

@@ -144,9 +144,15 @@ class Trial:
         return got, want
 
     def call(
-        self, obj: str, mine: Any, ref: Any, method: str, *args: Any, theirs: Thunk | None = None,
+        self,
+        obj: str,
+        mine: Any,
+        ref: Any,
+        method: str,
+        *args: Any,
+        theirs: Thunk | None = None,
         **options: Any,
-    ) -> tuple[Any, Any]:  # fmt: skip
+    ) -> tuple[Any, Any]:
         """`obj.method(*args)` on the learner's `mine` (its lists handed, watched) and, through
         `same`, on `ref` (or `theirs()`, where the library's call differs)."""
         handed = [self.hand(a) if isinstance(a, list) else a for a in args]
