@@ -36,9 +36,8 @@ def _start(pool_cls: type, size: tuple[int, Any], trial: Trial) -> tuple | None:
     to the library's; None where the learner's pool rightly refuses pages that do not tile."""
     (n, per), tiles = size, not size[1] or size[0] % size[1] == 0  # else a shorter last page
     pool = trial.run(_made_line(pool_cls, n, per), _made, pool_cls, n, _pages(per), tiles)
-    return (
-        None if pool is None else (pool, BlockPool(n, 16, **_pages(per if tiles else 0)), {}, per)
-    )
+    ref = BlockPool(n, 16, blocks_per_page=per if tiles and per else None)
+    return None if pool is None else (pool, ref, {}, per)
 
 
 def _pages(per: int | None) -> dict[str, int]:

@@ -143,21 +143,12 @@ class Trial:
             self.fail(causes.WRONG_RESULT, wrong or hint, line=line, want=want, got=short_repr(got))
         return got, want
 
-    def call(
-        self,
-        obj: str,
-        mine: Any,
-        ref: Any,
-        method: str,
-        *args: Any,
-        theirs: Thunk | None = None,
-        **options: Any,
-    ) -> tuple[Any, Any]:
-        """`obj.method(*args)` on the learner's `mine` (its lists handed, watched) and, through
-        `same`, on `ref` (or `theirs()`, where the library's call differs)."""
+    def call(self, obj: str, mine: Any, ref: Any, method: str, *args: Any, **options: Any) -> Any:
+        """`obj.method(*args)` on the learner's `mine` (its lists handed, watched) and on `ref`
+        (or `options["theirs"]()`, where the library's call differs), through `same`."""
         handed = [self.hand(a) if isinstance(a, list) else a for a in args]
         line = f"{obj}.{method}({', '.join(map(repr, args))})"
-        theirs = theirs or (lambda: getattr(ref, method)(*args))
+        theirs = options.pop("theirs", None) or (lambda: getattr(ref, method)(*args))
         return self.same(line, lambda: getattr(mine, method)(*handed), theirs, **options)
 
     def refuses(
@@ -278,10 +269,9 @@ def search(
 def differential(
     start: Callable[[Any, Trial], Any], step: Callable[[Trial, Any, Any], Iterable[Read] | None]
 ) -> Play:
-    """The play of a differential trial: `start(ops[0], trial)` builds the learner's object
-    and the library's (a state; None: nothing to check), then `step(trial, state, op)` applies
-    each intent to both and gives the reads that must then agree (None: the intent did not
-    apply here)."""
+    """The play of a differential trial: `start(ops[0], trial)` builds the learner's object and
+    the library's (None: nothing to check), `step(trial, state, op)` applies an intent to both
+    and gives the reads that must then agree (None: it did not apply)."""
 
     def play(ops: list[Any], trial: Trial) -> None:
         state = start(ops[0], trial)
