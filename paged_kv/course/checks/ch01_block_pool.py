@@ -35,18 +35,17 @@ def _start(pool_cls: type, size: tuple[int, Any], trial: Trial) -> tuple | None:
     """The learner's pool and a `BlockPool`, and the learner's id of each block in use mapped
     to the library's; None where the learner's pool rightly refuses pages that do not tile."""
     (n, per), tiles = size, not size[1] or size[0] % size[1] == 0  # else a shorter last page
-    pool = trial.run(_made_line(pool_cls, n, per), _made, pool_cls, n, _pages(per), tiles)
+    line, kwargs = _making(pool_cls, n, per)
+    pool = trial.run(line, _made, pool_cls, n, kwargs, tiles)
     ref = BlockPool(n, 16, blocks_per_page=per if tiles and per else None)
     return None if pool is None else (pool, ref, {}, per)
 
 
-def _pages(per: int | None) -> dict[str, int]:
-    return {"blocks_per_page": per} if per else {}
-
-
-def _made_line(pool_cls: type, n: int, per: int | None) -> str:
-    pages = f", blocks_per_page={per}" if per else ""
-    return f"pool = {name_of(pool_cls, 'Pool')}({n}, 16{pages})"
+def _making(pool_cls: type, n: int, per: int | None) -> tuple[str, dict[str, int]]:
+    """The line that makes the learner's pool, and the keyword arguments it passes."""
+    kwargs = {"blocks_per_page": per} if per else {}
+    pages = "".join(f", {key}={value}" for key, value in kwargs.items())
+    return f"pool = {name_of(pool_cls, 'Pool')}({n}, 16{pages})", kwargs
 
 
 def _step(trial: Trial, state: tuple, op: tuple) -> list[Read] | None:
@@ -217,7 +216,8 @@ _ACTIONS: dict[str, Callable[[Any, list[int]], Any]] = {
 
 def _half_full(pool_cls: type, size: int, per: int | None = None) -> tuple[Any, list[int]]:
     """A pool of `size` blocks (in pages of `per`, if given), half of them allocated."""
-    pool = call(_made_line(pool_cls, size, per), pool_cls, size, 16, **_pages(per))
+    line, kwargs = _making(pool_cls, size, per)
+    pool = call(line, pool_cls, size, 16, **kwargs)
     return pool, call(f"pool.allocate({size // 2})", pool.allocate, size // 2)
 
 
