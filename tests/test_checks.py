@@ -11,7 +11,7 @@ from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_map
 from paged_kv.course import checks
 from paged_kv.course.checks import causes, failures
 from paged_kv.course.checks.cost import Meter, count_lines_executed, counting
-from paged_kv.course.checks.harness import Trial, search
+from paged_kv.course.checks.harness import Trial, differential, intents, search
 
 
 def test_the_library_passes_its_own_function_checks():
@@ -123,6 +123,19 @@ def test_a_failing_trial_is_shrunk_to_the_lines_that_still_fail():
     assert failure.value.cause == causes.WRONG_STATE
     replay = [line for line in str(failure.value).splitlines() if line.startswith("    ")]
     assert replay == ["    f(7)  # returned 7"]
+
+
+def test_a_differential_trial_reads_both_objects_back_after_each_step():
+    def step(trial, log, op):
+        trial.call("log", log, None, "append", op, theirs=lambda: None)
+        return [("len(log)", lambda: len(log), len(log) - (op == 3), "")]  # 3 is one too many
+
+    with pytest.raises(checks.CheckFailed) as failure:
+        draw = intents(lambda rng: None, lambda rng, _: rng.randrange(5), 20)
+        search(differential(lambda _, trial: [], step), draw, trials=5, seed=0, what="t")
+    assert failure.value.cause == causes.WRONG_STATE
+    replay = [line for line in str(failure.value).splitlines() if line.startswith("    ")]
+    assert replay == ["    log.append(3)"]
 
 
 def test_a_list_kept_and_changed_later_is_seen():

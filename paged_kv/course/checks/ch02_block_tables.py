@@ -5,9 +5,7 @@ The manager under test is `manager_cls(pool)` with `add_sequence(seq_id, token_i
 `append_tokens(seq_id, token_ids)`, `free_sequence(seq_id)`, `block_table(seq_id)`,
 `num_tokens(seq_id)` and `slot_mapping(seq_id, start=0, end=None)`. It and the library's
 `KVCacheManager` (prefix caching off) take the same random calls, each on a `BlockPool` of the
-same size (both hand out blocks in the same order), and must agree after every call. The
-library's own block-table functions are checked by `check_blocks_needed`,
-`check_slot_mapping` and `check_grow_block_table` (its tests call them).
+same size (both hand out blocks in the same order), and must agree after every call.
 """
 
 from __future__ import annotations
@@ -25,7 +23,16 @@ from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import exercise, expect, passed, stage
-from paged_kv.course.checks.harness import Trial, fail_with, fixed, search
+from paged_kv.course.checks.harness import (
+    Read,
+    Trial,
+    differential,
+    fail_with,
+    fixed,
+    intents,
+    name_of,
+    search,
+)
 from paged_kv.errors import OutOfBlocks
 from paged_kv.study.operations import Add, Append, Free, decode_workload
 
@@ -96,19 +103,12 @@ def check_grow_block_table(fn: Callable[[BlockPool, list[int], int, int], list[i
 class _RecordingPool(BlockPool):
     """A `BlockPool` that remembers the blocks released, in order (for the tail-first rule)."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        super().__init__(num_blocks, block_size)
-        self.released: list[int] = []
+    released: list[int]  # since the last call of the manager
 
     def release(self, block_ids: Any) -> list[int]:
-        ids = list(block_ids)
-        freed = super().release(ids)
+        freed = super().release(ids := list(block_ids))
         self.released += ids
         return freed
-
-
-def _name(cls: Any) -> str:
-    return getattr(getattr(cls, "func", cls), "__name__", "Manager")
 
 
 _CALLS = {  # an intent's kind: the method both managers get, why it may refuse, what to do
@@ -123,21 +123,14 @@ _CALLS = {  # an intent's kind: the method both managers get, why it may refuse,
 }  # fmt: skip
 
 
-def _play(manager_cls: Callable[[Any], Any]) -> Callable[[list[Any], Trial], None]:
-    def play(ops: list[Any], trial: Trial) -> None:
-        num_blocks, size = ops[0]
-        pool = _RecordingPool(num_blocks, size)
-        trial.note(f"pool = BlockPool({num_blocks}, {size})")
-        mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
-        ref = KVCacheManager(num_blocks, size, prefix_caching=False)
-        tried: dict[Any, None] = {"zz": None}  # each id added (live, freed or refused), one never
-        for number, (kind, k, pick) in enumerate(ops[1:]):
-            seq, args = _intent(ref, tried, f"s{number}", kind, k, pick)
-            tried[seq] = None
-            _step(trial, mine, ref, pool, kind, seq, args)
-            _compare(trial, mine, ref, pool)
-
-    return play
+def _start(manager_cls: Callable[[Any], Any], size: tuple[int, int], trial: Trial) -> tuple:
+    """The learner's manager and the library's, each on a pool of `size`, and the ids tried
+    (live, freed or refused; "zz" never added)."""
+    pool = _RecordingPool(*size)
+    pool.released = []
+    trial.note(f"pool = BlockPool({size[0]}, {size[1]})")
+    mine = trial.run(f"manager = {name_of(manager_cls, 'Manager')}(pool)", manager_cls, pool)
+    return mine, KVCacheManager(*size, prefix_caching=False), pool, {"zz": None}
 
 
 def _intent(
@@ -160,26 +153,19 @@ def _intent(
     return seq, spans[(k + int(pick * 10)) % len(spans)]
 
 
-def _step(
-    trial: Trial, mine: Any, ref: KVCacheManager, pool: _RecordingPool, kind: str, seq: Any,
-    args: tuple[Any, ...],
-) -> None:  # fmt: skip
+def _step(trial: Trial, state: tuple, op: tuple) -> list[Read]:
     """One call on both managers, then what it must not do: return its own table (add),
-    release the head first (free), call the library's slot_mapping (slots)."""
+    release the head first (free), call the library's slot_mapping (slots); then the reads."""
+    (mine, ref, pool, tried), (kind, k, pick) = state, op
+    seq, args = _intent(ref, tried, f"s{len(tried)}", kind, k, pick)
+    tried[seq] = None
     method, why, hint = _CALLS[kind]
     table = ref.block_table(seq) if seq in ref.sequence_ids else []
-    handed = [trial.hand(a) if isinstance(a, list) else a for a in args]
     line = f"manager.{method}({', '.join(map(repr, (seq, *args)))})"
-    pool.released.clear()
+    pool.released = []
     own = kind == "slots"  # exercise 3: its own arithmetic, not the library's slot_mapping
-    with _answer_calls_of_library_slot_mapping() if own else nullcontext([]) as called:
-        got, _ = trial.same(
-            line,
-            lambda: getattr(mine, method)(seq, *handed),
-            lambda: getattr(ref, method)(seq, *args),
-            why=why,
-            hint=hint,
-        )
+    with _calls_of_library_slot_mapping() if own else nullcontext([]) as called:
+        got, _ = trial.call("manager", mine, ref, method, seq, *args, why=why, hint=hint)
     if kind == "add" and isinstance(got, list):
         trial.returns_a_copy(
             line, got, f"manager.block_table({seq!r})", lambda: mine.block_table(seq)
@@ -194,26 +180,25 @@ def _step(
             want=table[::-1],
             got=pool.released,
         )
-    if called:
+    if any(not module.startswith("paged_kv.") for module in called):
         name = "paged_kv.cache.block_table.slot_mapping"
         said = f"`{line}` called the library's `{name}`: exercise 3 is to write it yourself"
         fail_with(causes.CALLS_LIBRARY, f"manager.{method}", said)
+    return _reads(trial, mine, ref, pool)
 
 
 _LIBRARY_SLOTS = library.slot_mapping.__code__
 
 
 @contextmanager
-def _answer_calls_of_library_slot_mapping() -> Iterator[list[bool]]:
-    """The calls of the library's `slot_mapping` from code outside the library (the library's
-    own manager calls it) while the block runs."""
-    calls: list[bool] = []
+def _calls_of_library_slot_mapping() -> Iterator[list[str]]:
+    """The modules that call the library's `slot_mapping` while the block runs (the library's
+    own manager calls it)."""
+    calls: list[str] = []
 
     def profile(frame: FrameType, event: str, arg: object) -> None:
-        caller = frame.f_back
-        by_library = caller is None or caller.f_globals.get("__name__", "").startswith("paged_kv.")
-        if event == "call" and frame.f_code is _LIBRARY_SLOTS and not by_library:
-            calls.append(True)
+        if event == "call" and frame.f_code is _LIBRARY_SLOTS and frame.f_back:
+            calls.append(frame.f_back.f_globals.get("__name__", ""))
 
     previous = sys.getprofile()
     sys.setprofile(profile)
@@ -223,28 +208,36 @@ def _answer_calls_of_library_slot_mapping() -> Iterator[list[bool]]:
         sys.setprofile(previous)
 
 
-def _compare(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> None:
+def _reads(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> list[Read]:
+    """Each live sequence's table (a copy of it) and length, and the pool's free blocks."""
+    reads: list[Read] = []
     for seq in ref.sequence_ids:
         table = f"manager.block_table({seq!r})"
         got = trial.read(table, partial(mine.block_table, seq))
         trial.expect(table, got, ref.block_table(seq))
         trial.returns_a_copy(table, got, table, partial(mine.block_table, seq))
         count = f"manager.num_tokens({seq!r})"
-        trial.expect(count, trial.read(count, partial(mine.num_tokens, seq)), ref.num_tokens(seq))
-    trial.expect("pool.num_free", pool.num_free, ref.pool.num_free, "every refusal takes nothing")
+        reads.append((count, partial(mine.num_tokens, seq), ref.num_tokens(seq), ""))
+    free = "every refusal takes nothing"
+    return [*reads, ("pool.num_free", lambda: pool.num_free, ref.pool.num_free, free)]
 
 
 def _search(
     manager_cls: Callable[[Any], Any], kinds: tuple[str, ...], trials: int, what: str, seed: int
 ) -> None:
     """Random trials: a pool (blocks, block size), then intents (kind, a number, a fraction)."""
-
-    def draw(rng: random.Random) -> list[Any]:
-        ops: list[Any] = [(rng.randint(1, 16), rng.randint(1, 5))]
-        return ops + [(rng.choice(kinds), rng.randint(0, 14), rng.random()) for _ in range(40)]
-
     with stage("random trials on pools of up to 16 blocks"):
-        search(_play(manager_cls), draw, trials=trials, seed=seed, what=what)
+        draw = intents(_pool_size, partial(_numbers, kinds), 40)
+        play = differential(partial(_start, manager_cls), _step)
+        search(play, draw, trials=trials, seed=seed, what=what)
+
+
+def _pool_size(rng: random.Random) -> tuple[int, int]:
+    return rng.randint(1, 16), rng.randint(1, 5)
+
+
+def _numbers(kinds: tuple[str, ...], rng: random.Random, size: Any) -> tuple[str, int, float]:
+    return rng.choice(kinds), rng.randint(0, 14), rng.random()
 
 
 @exercise(1, "add_sequence and free_sequence")
@@ -284,7 +277,7 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
 
     def scenario(trial: Trial) -> None:
         pool = trial.run(f"pool = {pool_name}(16, 4)", pool_cls, 16, 4)
-        mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
+        mine = trial.run(f"manager = {name_of(manager_cls, 'Manager')}(pool)", manager_cls, pool)
         ref = KVCacheManager(16, 4, prefix_caching=False)
         for op in ops:
             # (seq_id,) or (seq_id, token_ids), the tokens as the list a caller passes

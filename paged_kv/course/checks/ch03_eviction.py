@@ -12,7 +12,7 @@ from paged_kv.cache.eviction import LFU, AgingLFU
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.cost import constant_work, grows_in_time
 from paged_kv.course.checks.failures import CheckFailed, call, exercise, passed, stage
-from paged_kv.course.checks.harness import Trial, fixed, search
+from paged_kv.course.checks.harness import Trial, differential, fixed, intents, name_of, search
 from paged_kv.errors import InvalidBlock
 
 _KINDS = ("touch", "touch", "touch", "make_evictable", "revive", "forget", "evict", "evict")
@@ -28,7 +28,9 @@ _ORDER = (
     "moves an evictable block to the recent end of its new bucket"
 )
 _SET = (0, 1, 2, 254, 255, 300)  # the counts set_count sets
-_RULES = [("evict", 0, 0), ("make_evictable", 4, 0), ("evict", 0, 0), ("evict", 0, 0)]
+
+
+_RULES = [("evict", ()), ("make_evictable", (4,)), ("evict", ()), ("evict", ())]
 _SIZES = (100, 5_000)  # cached blocks, once twice as many have passed through
 _O1 = "Every call must be O(1): no search over the blocks, even in C (min, sorted, `in` on a list)."
 _UP = "Finding the lowest count must not walk up through the counts."
@@ -46,16 +48,20 @@ class _PolicyCheck:
             raise CheckFailed(message, causes.BAD_SIGNATURE)
         self.cls: Any = policy_cls
         self.check, self.exact, self.aging = check, exact, aging
-        self.name = getattr(getattr(policy_cls, "func", policy_cls), "__name__", "Policy")
+        self.name = name_of(policy_cls, "Policy")
         self.kinds = (*_KINDS, "set_count") if exact and not aging else _KINDS
 
     def run(self, seed: int) -> None:
         with stage("random trials on 8 blocks"):
-            search(self.play, self.draw, trials=150, seed=seed, what=self.check)
+            draw = intents(self.window, self.intent, 60)
+            search(
+                differential(self.start, self.step), draw, trials=150, seed=seed, what=self.check
+            )
         self.costs()
         self.no_garbage()
         if self.exact:  # what random trials leave out: evict with nothing evictable, twice
-            fixed(partial(self.play, [4 if self.aging else 0, *_RULES], empty=True))
+            play = differential(self.start, partial(self.step, empty=True))
+            fixed(partial(play, [4 if self.aging else 0, *_RULES]))
 
     def built(self, window: int, trial: Trial | None = None) -> Any:
         """The learner's policy (with `window` if it ages), built in `trial` or under `call`."""
@@ -68,28 +74,26 @@ class _PolicyCheck:
         policy.key_of = lambda b: f"content-{b}"  # so that a victim must be the block itself
         return policy
 
-    def draw(self, rng: random.Random) -> list[Any]:
-        window = rng.randint(1, 6) if self.aging else 0
-        ops = [(rng.choice(self.kinds), rng.randrange(8), rng.choice(_SET)) for _ in range(60)]
-        return [window, *ops]
+    def window(self, rng: random.Random) -> int:
+        return rng.randint(1, 6) if self.aging else 0
 
-    def play(self, ops: list[Any], trial: Trial, empty: bool = False) -> None:
-        """The operations on both policies, each followed by the reads; an evict with nothing
+    def intent(self, rng: random.Random, window: int) -> tuple[str, tuple]:
+        kind, block, count = rng.choice(self.kinds), rng.randrange(8), rng.choice(_SET)
+        return kind, {"evict": (), "set_count": (block, count)}.get(kind, (block,))
+
+    def start(self, window: int, trial: Trial) -> tuple[Any, LFU]:
+        return self.built(window, trial), AgingLFU(window) if window else LFU()
+
+    def step(self, trial: Trial, state: tuple, op: tuple, empty: bool = False) -> list | None:
+        """One call on both policies, then the reads: the library's result or refusal, except a
+        victim where not `exact` (any evictable block, as itself); an evict with nothing
         evictable only where `empty`, a revive of a block not evictable only where `exact`."""
-        window, *calls = ops
-        mine, ref = self.built(window, trial), AgingLFU(window) if window else LFU()
-        for kind, b, c in calls:
-            skip = kind == "evict" and not (len(ref) or empty)
-            if skip or (kind == "revive" and b not in ref and not self.exact):
-                continue
-            self.apply(trial, mine, ref, kind, {"evict": (), "set_count": (b, c)}.get(kind, (b,)))
-            for expr, read, hint in (_READS + _COUNTS) if self.exact else _READS:
-                trial.expect(expr, trial.read(expr, lambda r=read: r(mine)), read(ref), hint)
-
-    def apply(self, trial: Trial, mine: Any, ref: LFU, kind: str, args: tuple) -> None:
-        """One call on both policies (where not `exact`, any evictable victim, as itself)."""
+        (mine, ref), (kind, args) = state, op
+        stranger = kind == "revive" and args[0] not in ref
+        if (kind == "evict" and not (len(ref) or empty)) or (stranger and not self.exact):
+            return None
         line = f"policy.{kind}({', '.join(map(str, args))})"
-        if kind == "revive" and args[0] not in ref:
+        if stranger:
             refusal = InvalidBlock(f"block {args[0]} is not evictable")
             why = f"block {args[0]} is not evictable: the caller's bug, never ignored"
             trial.refuses(line, lambda: mine.revive(*args), refusal, why=why, also=(KeyError,))
@@ -101,10 +105,12 @@ class _PolicyCheck:
                 want = f"a block id, one of {evictable}"
                 trial.fail(causes.WRONG_RESULT, hint, line=line, want=want, got=repr(victim))
             ref.forget(victim)
-        else:  # the library's result or refusal (only evict refuses) is the one
+        else:
             theirs = partial(getattr(ref, "_set_count" if kind == "set_count" else kind), *args)
             hint, why = _ORDER if kind == "evict" else "", "nothing is evictable"
-            trial.same(line, lambda: getattr(mine, kind)(*args), theirs, why=why, hint=hint)
+            trial.call("policy", mine, ref, kind, *args, theirs=theirs, why=why, hint=hint)
+        reads = (_READS + _COUNTS) if self.exact else _READS
+        return [(expr, partial(read, mine), read(ref), hint) for expr, read, hint in reads]
 
     def costs(self) -> None:
         """50 more blocks through a cache of 100 and one of 5,000 (the window 8 × the cache)

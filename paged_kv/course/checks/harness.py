@@ -3,7 +3,8 @@ the same calls, compared after each, the first difference shrunk to a replayable
 reported as one cause (`causes`). A check runs `fixed(scenario)` for the scenarios its text
 names, then `search(play, draw, ...)`: `draw(rng)` gives a trial's operations as intents that
 stay legal when others are removed, so that any subsequence replays; `play(ops, trial)` builds
-both objects and applies each operation through the `Trial`.
+both objects and applies each operation through the `Trial`. Most checks declare the two as
+`differential(start, step)` and `intents(setup, intent, steps)`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 from paged_kv.course.checks import causes
@@ -29,6 +30,12 @@ Play = Callable[[list[Any], "Trial"], None]
 Draw = Callable[[random.Random], list[Any]]
 Compare = Callable[[Any, Any], str | None] | None
 Errors = tuple[type[Exception], ...]
+Read = tuple[str, Thunk, Any, str]  # an expression, the learner's read of it, its value, a hint
+
+
+def name_of(cls: Any, default: str) -> str:
+    """The name a repro gives the learner's class (or the function a `partial` wraps)."""
+    return getattr(getattr(cls, "func", cls), "__name__", default)
 
 
 class Mismatch(Exception):
@@ -135,6 +142,14 @@ class Trial:
         if wrong or (compare is None and got != want):
             self.fail(causes.WRONG_RESULT, wrong or hint, line=line, want=want, got=short_repr(got))
         return got, want
+
+    def call(self, obj: str, mine: Any, ref: Any, method: str, *args: Any, **options: Any) -> Any:
+        """`obj.method(*args)` on the learner's `mine` (its lists handed, watched) and on `ref`
+        (or `options["theirs"]()`, where the library's call differs), through `same`."""
+        handed = [self.hand(a) if isinstance(a, list) else a for a in args]
+        line = f"{obj}.{method}({', '.join(map(repr, args))})"
+        theirs = options.pop("theirs", None) or (lambda: getattr(ref, method)(*args))
+        return self.same(line, lambda: getattr(mine, method)(*handed), theirs, **options)
 
     def refuses(
         self,
@@ -249,6 +264,34 @@ def search(
                 f"shrunk to the {len(trial.lines)} lines that still fail):\n{trial.render()}",
                 failure.cause,
             )
+
+
+def differential(
+    start: Callable[[Any, Trial], Any], step: Callable[[Trial, Any, Any], Iterable[Read] | None]
+) -> Play:
+    """The play of a differential trial: `start(ops[0], trial)` builds the learner's object and
+    the library's (None: nothing to check), `step(trial, state, op)` applies an intent to both
+    and gives the reads that must then agree (None: it did not apply)."""
+
+    def play(ops: list[Any], trial: Trial) -> None:
+        state = start(ops[0], trial)
+        for op in ops[1:] if state is not None else ():
+            for expr, read, want, hint in step(trial, state, op) or ():
+                trial.expect(expr, trial.read(expr, read), want, hint)
+
+    return play
+
+
+def intents(
+    setup: Callable[[random.Random], Any], intent: Callable[[random.Random, Any], Any], steps: int
+) -> Draw:
+    """The draw of a differential trial: `setup(rng)` (sizes), then `steps` intents."""
+
+    def draw(rng: random.Random) -> list[Any]:
+        first = setup(rng)
+        return [first, *(intent(rng, first) for _ in range(steps))]
+
+    return draw
 
 
 def _attempt(play: Play, ops: list[Any]) -> tuple[Mismatch, Trial] | None:
