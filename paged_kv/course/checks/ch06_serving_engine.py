@@ -401,13 +401,13 @@ def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[st
         except Exception:  # a diagnosis: an error only says "not right"
             return False
 
-    at_fault = [saved.PARTS[name] for name in parts if right_without(name)]
+    at_fault = [(name, saved.PARTS[name]) for name in parts if right_without(name)]
     if at_fault:
         return causes.PART_AT_FAULT, "\n".join(
-            f"With the library's {part.name} instead of {part.what}, the engine serves every token "
+            f"With the library's {name} instead of {part.what}, the engine serves every token "
             f"right: {part.what} is at fault. Run the checks of chapter {part.chapter}'s exercise "
             f"notebook ({Path(part.notebook).name}) again, and look at what they do not try."
-            for part in at_fault
+            for name, part in at_fault
         )
     if not right_without(*parts):
         return causes.SCHEDULER_AT_FAULT, (
