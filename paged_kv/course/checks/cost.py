@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
-from types import FrameType
+from types import FrameType, SimpleNamespace
 from typing import Any
 
 from paged_kv.course.checks import causes
@@ -229,12 +229,13 @@ def _small_list(value: Any) -> Iterable[Any]:
 
 def instrument(obj: Any, meter: Meter, name: str = "self", depth: int = 2) -> None:
     """Swap the containers `obj` holds in its attributes (and one level inside them, and in
-    the attributes of helper objects) for counting twins that report to `meter`."""
+    the attributes of helper objects) for counting twins that report to `meter`. A
+    `SimpleNamespace` holds a call's arguments: its attributes go by their own names."""
     attributes = getattr(obj, "__dict__", None)
     if attributes is None or depth == 0:
         return
     for key, value in list(attributes.items()):
-        label = f"{name}.{key}"
+        label = key if isinstance(obj, SimpleNamespace) else f"{name}.{key}"
         if isinstance(value, _Counted):  # instrumented before: report to `meter` now
             for twin in (value, *_small_list(value)):
                 if isinstance(twin, _Counted):
