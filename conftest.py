@@ -64,10 +64,23 @@ def nbval_skip_reason(source: str) -> str | None:
     return below[0].lstrip("#").strip() if below and below[0].startswith("#") else ""
 
 
+def xdist_group(nodeid: str) -> str:
+    """The pytest-xdist group of a test: its file, so that one worker runs a notebook's cells
+    in order and sets up a file's fixtures once; every notebook of `solutions/` (and of
+    `exercises/`) in one group, since chapter 06's capstone loads the parts that the earlier
+    chapters' notebooks save in their directory's `my_paged_kv/`."""
+    path = nodeid.split("::")[0]
+    folder = path.split("/")[0]
+    return folder if folder in ("solutions", "exercises") else path
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every test and notebook cell of the quick tier's files `quick`, and gives each
-    `# NBVAL_SKIP` cell its skip reason (nbval's own skip names none), which `-rs` prints."""
+    """Marks every test and notebook cell of the quick tier's files `quick`, gives each test
+    its xdist group, and gives each `# NBVAL_SKIP` cell its skip reason (nbval's own skip names
+    none), which `-rs` prints."""
     for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid)))
         if item.nodeid.startswith(QUICK):
             item.add_marker(pytest.mark.quick)
         cell = getattr(item, "cell", None)
