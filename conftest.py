@@ -8,6 +8,7 @@ the quick tier wherever its files are.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -87,6 +88,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = nbval_skip_reason(cell.source) if cell is not None else None
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason or "# NBVAL_SKIP, no reason below it"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker runs on one thread of torch: the workers already fill the cores,
+X
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(trylast=True)
