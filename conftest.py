@@ -8,6 +8,7 @@ the quick tier wherever its files are.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -64,16 +65,39 @@ def nbval_skip_reason(source: str) -> str | None:
     return below[0].lstrip("#").strip() if below and below[0].startswith("#") else ""
 
 
+def xdist_group(nodeid: str) -> str:
+    """The pytest-xdist group of a test: its file, so that one worker runs a notebook's cells
+    in order and sets up a file's fixtures once; every notebook of `solutions/` (and of
+    `exercises/`) in one group, since chapter 06's capstone loads the parts that the earlier
+    chapters' notebooks save in their directory's `my_paged_kv/`."""
+    path = nodeid.split("::")[0]
+    folder = path.split("/")[0]
+    return folder if folder in ("solutions", "exercises") else path
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every test and notebook cell of the quick tier's files `quick`, and gives each
-    `# NBVAL_SKIP` cell its skip reason (nbval's own skip names none), which `-rs` prints."""
+    """Marks every test and notebook cell of the quick tier's files `quick`, gives each test
+    its xdist group, and gives each `# NBVAL_SKIP` cell its skip reason (nbval's own skip names
+    none), which `-rs` prints."""
     for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid)))
         if item.nodeid.startswith(QUICK):
             item.add_marker(pytest.mark.quick)
         cell = getattr(item, "cell", None)
         reason = nbval_skip_reason(cell.source) if cell is not None else None
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason or "# NBVAL_SKIP, no reason below it"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker runs on one thread of torch: the workers already fill the cores,
+    and torch's threads in each would only wait on each other (on a busy machine one random
+    fault-injection test of the engine took 112 s that way; the whole file takes 36 s now)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(trylast=True)
