@@ -88,6 +88,7 @@ import json
 import os
 import queue
 import random
+import resource
 import select
 import shutil
 import signal
@@ -1175,6 +1176,10 @@ def main(argv: list[str] | None = None) -> int:
             run_all(runs, checkouts, args.jobs, began)
         finally:
             kill_live_runs()  # the pre-imported runners, before their checkouts go
+    # Every test run is a reaped descendant by now: its CPU time is ours to count. On a shared
+    # machine the elapsed time measures the neighbours too; CPU seconds over the jobs do not.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = round(children.ru_utime + children.ru_stime)
 
     report = {run.module: run.entry() for run in runs}
     survivors = [s for run in runs for s in run.survivors()]
@@ -1203,6 +1208,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "timeout_s": args.timeout,
         "elapsed_s": round(time.perf_counter() - began),
+        "cpu_s": cpu_s,
         "load_average_1min": {
             "start": None if load is None else round(load, 2),
             "end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
@@ -1215,7 +1221,8 @@ def main(argv: list[str] | None = None) -> int:
         "equivalents": equivalents,
     }
     print(
-        f"\nscore {killed_all}/{run_count} in {result['elapsed_s']} s "
+        f"\nscore {killed_all}/{run_count} in {result['elapsed_s']} s, {cpu_s} s of CPU "
+        f"(about {cpu_s / max(1, args.jobs):.0f} s on {args.jobs} idle cores) "
         f"({len(equivalents)} listed equivalent, not scored); survivors:"
     )
     for s in survivors:
