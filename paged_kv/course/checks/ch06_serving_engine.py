@@ -1,25 +1,29 @@
-"""Chapter 06 checks: a learner's scheduler admits and preempts like the library's, and an
-engine on it, short of blocks, generates the cache-free greedy tokens. Each fixed scenario is
-the Python that sets it up (the replay), run with the learner's class and with `Scheduler`,
-compared on all a call may change (`_SEEN`); then random engine workloads, step by step."""
+"""Chapter 06 checks: a learner's scheduler admits and preempts like the library's, and the
+capstone's engine on it (and on every part the learner built) generates the cache-free greedy
+tokens. A fixed scenario, or a random workload, is the Python that sets it up (the replay), run
+with the learner's class and with `Scheduler`; a scenario compares all a call may change
+(`_SEEN`), a workload every step. A wrong token in the capstone, or an error the library
+raises there, names the part at fault by swapping each part for the library's."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import torch
 
 from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
-from paged_kv.course.checks import causes
-from paged_kv.course.checks.capstone import (
-    SYSTEM_PROMPT,
-    check_capstone,
-    one_thread,
-    sensitive_model,
-)
+from paged_kv.course import parts as saved
+from paged_kv.course.checks import causes, failures
 from paged_kv.course.checks.failures import CheckFailed, call, exercise, passed
-from paged_kv.course.checks.harness import Trial, fixed, quiet
+from paged_kv.course.checks.harness import Trial, fixed, quiet, search
+from paged_kv.course.learner_manager import learner_manager
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import ModelConfig, TinyLM, greedy_dense
 from paged_kv.serving.scheduler import Request, SamplingParams, Scheduler, StepPlan
@@ -28,37 +32,28 @@ __all__ = ["check_admission", "check_capstone", "check_preemption", "check_serve
 
 
 class _RecordingManager(KVCacheManager):
-    """A KVCacheManager that logs the add_sequence and free_sequence calls made to it."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        super().__init__(*args, **kwargs)
+    """A KVCacheManager that logs the add_sequence and free_sequence calls made to it (`calls`)."""
 
     def add_sequence(self, seq_id: Any, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append(("add", seq_id))
+        vars(self).setdefault("calls", []).append(("add", seq_id))
         return super().add_sequence(seq_id, *args, **kwargs)
 
     def free_sequence(self, seq_id: Any) -> None:
-        self.calls.append(("free", seq_id))
+        vars(self).setdefault("calls", []).append(("free", seq_id))
         super().free_sequence(seq_id)
 
 
-def _name(cls: type[Scheduler]) -> str:
-    """The class's name in a scenario (whose setup uses the library's `Scheduler`)."""
-    return cls.__name__ if cls.__name__ != "Scheduler" else "TheScheduler"
+@functools.cache
+def small_model() -> TinyLM:
+    return TinyLM(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1), seed=0)
 
 
-def _scene(code: str, cls: type[Scheduler]) -> dict[str, Any]:
-    names: dict[str, Any] = {c.__name__: c for c in (Request, SamplingParams, Scheduler, StepPlan)}
-    names |= {"KVCacheManager": _RecordingManager, _name(cls): cls}
-    exec(code.format(cls=_name(cls)), names)  # the check's own scenario, shown as the replay
-    names["manager"].calls.clear()
-    names["requests"] = sorted(
-        [*names["scheduler"].waiting, *names["scheduler"].running], key=lambda r: r.request_id
-    )
-    return names
-
-
+# the names a scene's code runs with: its managers log their add and free calls
+_NAMES = {f.__name__: f for f in (Request, SamplingParams, StepPlan, small_model)} | {
+    "Scheduler": Scheduler,
+    "KVCacheManager": _RecordingManager,
+    "Engine": functools.partial(Engine, manager_factory=_RecordingManager),
+}
 # what a scheduler's call may change, read on both scenes (manager.calls: its add and free calls)
 _SEEN = [
     "[(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]",
@@ -73,31 +68,91 @@ _SEEN = [
 ]
 
 
-def _scenario(cls: type[Scheduler], code: str, line: str, hint: str) -> None:
+def _scenes(code: str, cls: type[Scheduler], trial: Trial) -> list[dict[str, Any]]:
+    """The names after `code` ran with the learner's class and with the library's (the setup
+    calls `Scheduler` itself, so the learner's is renamed if it has that name)."""
+    name = cls.__name__ if cls.__name__ != "Scheduler" else "TheScheduler"
+    for line in code.replace("{cls}", name).splitlines():
+        trial.note(line)
+    scenes = []
+    for scheduler_cls in (cls, Scheduler):
+        scene = {**_NAMES, "cls": scheduler_cls}
+        exec(code.replace("{cls}", "cls"), scene)  # the replay's code, run
+        scene["manager"].calls = []  # the calls after the setup
+        queues = [*scene["scheduler"].waiting, *scene["scheduler"].running]
+        scenes.append(scene | {"requests": sorted(queues, key=lambda r: r.request_id)})
+    return scenes
+
+
+def _compare(mine: dict[str, Any], theirs: dict[str, Any], hint: str, trial: Trial) -> None:
+    for expr in _SEEN:
+        trial.expect(expr, eval(expr, mine), eval(expr, theirs), hint)
+
+
+def _scenario(cls: type[Scheduler], code: str, line: str, hint: str, trial: Trial) -> None:
     """Run `line` after `code` with the learner's class and the library's; compare."""
-
-    def play(trial: Trial) -> None:
-        mine, theirs = _scene(code, cls), _scene(code, Scheduler)
-        for text in code.format(cls=_name(cls)).strip().splitlines():
-            trial.note(text)
-        trial.same(line, lambda: eval(line, mine), lambda: eval(line, theirs), hint=hint)
-        for expr in _SEEN:
-            trial.expect(expr, eval(expr, mine), eval(expr, theirs), hint)
-
-    fixed(play)
+    mine, theirs = _scenes(code, cls, trial)
+    trial.same(line, lambda: eval(line, mine), lambda: eval(line, theirs), hint=hint)
+    _compare(mine, theirs, hint, trial)
 
 
-_SETUP = "requests = [Request(i, prompt, SamplingParams()) for i, prompt in enumerate({prompts})]"
-_ADD = "for r in requests:\n    scheduler.add(r)\n"
+def _workload(rng: random.Random) -> list[Any]:
+    """The engine's sizes (tight budgets), then 6 prompts that may share a prefix."""
+    shared = [rng.randrange(256) for _ in range(rng.choice([0, 12, 20]))]
+    prompts = [shared + [rng.randrange(256) for _ in range(rng.randrange(1, 20))] for _ in range(6)]
+    size = rng.choice([1, 4, 8])
+    blocks = max(blocks_needed(len(p) + 6, size) for p in prompts) + rng.randrange(0, 4)
+    return [(blocks, size, rng.choice([16, 32, 64]), rng.choice([2, 4, 8])), *prompts]
+
+
+def _serve_both(cls: type[Scheduler], what: str, ops: list[Any], trial: Trial) -> None:
+    """Workload `ops` on an engine with `cls` and one with `Scheduler`, compared step by step
+    (each request generates 6 tokens)."""
+    (blocks, size, budget, running), *prompts = ops
+    trial.note("from paged_kv.course.checks.ch06_serving_engine import Engine, SamplingParams")
+    trial.note("from paged_kv.course.checks.ch06_serving_engine import small_model")
+    code = (f"engine = Engine(small_model(), num_blocks={blocks}, block_size={size}, "
+            f"max_batch_tokens={budget}, max_running={running}, scheduler={{cls}})\n"
+            + "".join(f"engine.add_request({p}, SamplingParams(6))\n" for p in prompts)
+            + "scheduler, manager = engine.scheduler, engine.manager")  # fmt: skip
+    mine, theirs = _scenes(code, cls, trial)
+    trial.note("")  # the steps so far, rewritten at each step
+    for step in itertools.count():
+        if not theirs["engine"].has_unfinished():
+            break
+        trial.lines[-1] = f"for _ in range({step + 1}): plan = engine.step()"
+        theirs["plan"] = theirs["engine"].step()
+        mine["plan"] = trial.read(trial.lines[-1], mine["engine"].step)
+        _compare(mine, theirs, f"Your {what} differs from the library's", trial)
+
+
+def _check(cls: type[Scheduler], scenarios: list[tuple[str, str]], line: str, what: str) -> None:
+    """The fixed scenarios, each running `line`, then random workloads step by step."""
+    for code, hint in scenarios:
+        fixed(functools.partial(_scenario, cls, code, line, hint))
+    with one_thread():
+        play = functools.partial(_serve_both, cls, what)
+        search(play, _workload, trials=6, seed=0, what=f"check_{what}", max_runs=30)
 
 
 def _admission(
-    budget: int, prompts: str, *, blocks: int = 12, running: int = 3, cached: str = ""
+    budget: int, prompts: str, blocks: int = 12, running: int = 4, cached: str = ""
 ) -> str:
+    """A scenario's code: requests `prompts` waiting for a step of `budget` tokens."""
     return (
         f"manager = KVCacheManager({blocks}, 4)\n{cached}"
         f"scheduler = {{cls}}(manager, max_batch_tokens={budget}, max_running={running})\n"
-        f"{_SETUP.format(prompts=prompts)}\n{_ADD}plan = StepPlan(0, {budget})"
+        f"requests = [Request(i, prompt, SamplingParams()) for i, prompt in enumerate({prompts})]\n"
+        f"for r in requests:\n    scheduler.add(r)\nplan = StepPlan(0, {budget})"
+    )
+
+
+def _running(budget: int, prompts: str, new: str, **kwargs: Any) -> str:
+    """A scenario's code: the library admits `prompts`, each samples a token, `new` arrives."""
+    return _admission(budget, prompts, blocks=16, **kwargs) + (
+        "\nScheduler.admit_waiting(scheduler, plan)\nfor r in scheduler.running:\n"
+        "    r.record_sample(9)  # sampled, pending\n"
+        f"scheduler.add(Request(9, {new}, SamplingParams()))\nplan = StepPlan(1, {budget})\n"
     )
 
 
@@ -105,31 +160,18 @@ _CACHED = (
     'manager.add_sequence("earlier", list(range(100, 112)) + [1])\n'
     'manager.free_sequence("earlier")  # its 3 full blocks stay cached\n'
 )
-_DECODES = """manager = KVCacheManager(16, 4)
-scheduler = {{cls}}(manager, max_batch_tokens=10, max_running=4)
-for i in (0, 1):
-    scheduler.add(Request(i, [10 * i + 1, 10 * i + 2], SamplingParams()))
-Scheduler.admit_waiting(scheduler, StepPlan(0, 10))
-for r in scheduler.running:
-    r.record_sample(9)
-scheduler.add(Request(2, list(range(20, {end})), SamplingParams()))
-plan = StepPlan(1, 10)
-Scheduler.schedule_running(scheduler, plan)  # requests 0 and 1 decode: 2 of the 10 tokens"""
-_PRICE = (
-    "A request costs its tokens minus its prefix hits (manager.num_prefix_hit_tokens); admit "
-    "in order while the cost fits plan.budget_left, and stop at the first that does not (a "
-    "request alone in an empty step may exceed the budget); add_sequence(request_id, "
-    "request.admission_sequence()) before changing its status or the queues; its chunk is "
-    "ScheduledChunk(request, request.num_cached_tokens, the rest, True)"
-)
 _ADMISSIONS = [
-    (_admission(24, "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 65)), [5]]",
-                cached=_CACHED), _PRICE),
-    (_DECODES.format(end=31), "plan.budget_left already counts the running requests' decodes, "
-     "so the step is not empty: " + _PRICE),
-    (_DECODES.format(end=29), "plan.budget_left already counts the running requests' decodes"),
-    (_admission(10, "[list(range(4)), list(range(10, 16))]"),
-     "A cost equal to plan.budget_left fits"),
+    (_admission(24, "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 61)), [5]]",
+                cached=_CACHED),
+     "A request costs its tokens minus its prefix hits (manager.num_prefix_hit_tokens); admit "
+     "in order while the cost fits plan.budget_left (an equal cost fits), and stop at the first "
+     "that does not; add_sequence(request_id, request.admission_sequence()) before changing its "
+     "status or the queues; its chunk is ScheduledChunk(request, request.num_cached_tokens, the "
+     "rest, True)"),
+    (_running(10, "[[1, 2], [11, 12]]", "list(range(20, 29))")
+     + "Scheduler.schedule_running(scheduler, plan)  # requests 0 and 1 decode: 2 of 10 tokens",
+     "plan.budget_left already counts the running requests' decodes, and a step that holds "
+     "decodes is not empty: the request waits"),
     (_admission(8, "[list(range(20))]"),
      "A request bigger than the whole budget runs alone in an empty step"),
     (_admission(64, "[[0], [1], [2]]", running=2), "At most max_running requests run at once"),
@@ -143,126 +185,38 @@ _ADMISSIONS = [
 @exercise(1, "admission")
 def check_admission(scheduler_cls: type[Scheduler]) -> None:
     """`scheduler_cls.admit_waiting` admits in order within the token, block and running caps."""
-    for code, hint in _ADMISSIONS:
-        _scenario(scheduler_cls, code, "scheduler.admit_waiting(plan)", hint)
-    _compare_traces(scheduler_cls, "admission")
+    _check(scheduler_cls, _ADMISSIONS, "scheduler.admit_waiting(plan)", "admission")
     passed("admits like the library's scheduler, step by step")
 
 
+_PREEMPT = _running(64, "[list(range(9)), list(range(100, 109)), list(range(20, 29))]", "[3, 4]",
+                    cached=_CACHED) + "victim = scheduler.running[1]  # not the newest"  # fmt: skip
 _PREEMPTIONS = [
-    (
-        """manager = KVCacheManager(16, 4)
-manager.add_sequence("earlier", list(range(10, 18)) + [99])
-manager.free_sequence("earlier")  # request 1's first 8 tokens stay cached
-scheduler = {cls}(manager, max_batch_tokens=64, max_running=4)
-for i in range(3):
-    scheduler.add(Request(i, list(range(i * 10, i * 10 + 9)), SamplingParams()))
-Scheduler.admit_waiting(scheduler, StepPlan(0, 64))
-for r in scheduler.running:
-    r.record_sample(1)  # sampled, pending
-scheduler.add(Request(9, [3, 4], SamplingParams()))
-plan, victim = StepPlan(5, 64), scheduler.running[1]""",
-        "Preempt the request given: free its sequence, take it out of running, status WAITING, "
-        "num_preemptions + 1, the same object (its tokens and its pending one) at the head of "
-        "waiting, and Preemption(plan.step, its id, request.num_tokens, reason) in plan.preempted",
-    ),
-    (
-        """manager = KVCacheManager(16, 4)
-scheduler = {cls}(manager, max_batch_tokens=64, max_running=4)
-for i in range(2):
-    scheduler.add(Request(i, list(range(i * 10, i * 10 + 5)), SamplingParams()))
-Scheduler.admit_waiting(scheduler, StepPlan(0, 64))
-manager.free_sequence(1)  # behind the scheduler's back
-plan, victim = StepPlan(5, 64), scheduler.running[1]""",
-        "Catch nothing in preempt: an error there is a bug in the scheduler's state",
-    ),
-]
+    (_PREEMPT, "Preempt the request given: free its sequence, take it out of running, status "
+     "WAITING, num_preemptions + 1, the same object (its tokens and its pending one) at the head "
+     "of waiting, and Preemption(plan.step, its id, request.num_tokens, reason) in plan.preempted"),
+    (_PREEMPT + "\nmanager.free_sequence(1)  # behind the scheduler's back",
+     "Catch nothing in preempt: an error there is a bug in the scheduler's state"),
+]  # fmt: skip
 
 
 @exercise(2, "preemption")
 def check_preemption(scheduler_cls: type[Scheduler]) -> None:
     """`scheduler_cls.preempt` frees the victim's blocks and queues it first for recompute."""
-    for code, hint in _PREEMPTIONS:
-        _scenario(scheduler_cls, code, "scheduler.preempt(victim, plan, 'a test')", hint)
-    _compare_traces(scheduler_cls, "preemption")
+    _check(scheduler_cls, _PREEMPTIONS, "scheduler.preempt(victim, plan, 'a test')", "preemption")
     passed("preempts like the library's scheduler, step by step")
 
 
-# -- random workloads, step by step ------------------------------------------------------------
-
-
-@functools.cache
-def _small_model() -> TinyLM:
-    return TinyLM(ModelConfig(hidden_size=32, intermediate_size=64, num_layers=1), seed=0)
-
-
-def workload(scheduler_cls: type[Scheduler], seed: int) -> tuple[Engine, list[list[int]]]:
-    """The engine (tight budgets, `scheduler_cls`) and the 6 prompts of random workload `seed`;
-    each request generates 6 tokens."""
-    rng = random.Random(seed)
-    shared = [rng.randrange(256) for _ in range(rng.choice([0, 12, 20]))]
-    prompts = [shared + [rng.randrange(256) for _ in range(rng.randrange(1, 20))] for _ in range(6)]
-    block_size = rng.choice([1, 4, 8])
-    longest = max(blocks_needed(len(p) + 6, block_size) for p in prompts)
-    engine = Engine(_small_model(), num_blocks=longest + rng.randrange(0, 4), block_size=block_size,
-                    max_batch_tokens=rng.choice([16, 32, 64]), max_running=rng.choice([2, 4, 8]),
-                    scheduler=scheduler_cls)  # fmt: skip
-    return engine, prompts
-
-
-def _trace(scheduler_cls: type[Scheduler], seed: int) -> tuple[list[Any], list[list[int]]]:
-    """What every step of workload `seed` computed and preempted, and the tokens."""
-    engine, prompts = workload(scheduler_cls, seed)
-    ids = [engine.add_request(p, SamplingParams(6)) for p in prompts]
-    steps: list[Any] = []
-    while engine.has_unfinished() and len(steps) < 500:
-        plan = call(f"step {len(steps)} of workload {seed}", engine.step)
-        chunks = [(c.request.request_id, c.start, c.num_tokens, c.admitted) for c in plan.chunks]
-        steps.append((chunks, [(p.request_id, p.num_tokens) for p in plan.preempted]))
-    return steps, [engine.requests[i].output for i in ids]
-
-
-_library_trace = functools.cache(functools.partial(_trace, Scheduler))
-
-
-def _compare_traces(scheduler_cls: type[Scheduler], what: str) -> None:
-    for seed in range(6):
-        with one_thread():
-            (mine, tokens), (theirs, want) = _trace(scheduler_cls, seed), _library_trace(seed)
-        same = len(mine) == len(theirs) and tokens == want
-        differ = (i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
-        step = next(differ, None if same else min(len(mine), len(theirs)))
-        if step is None:
-            continue
-        got, wanted = (s[step] if step < len(s) else "no step" for s in (mine, theirs))
-        hint = (f"Each entry: (request, first position, tokens, admitted), then (request, tokens) "
-                f"preempted. Your {what} differs from the library's here")  # fmt: skip
-        message = causes.say(causes.WRONG_STATE, hint, line=f"step {step} of workload {seed}",
-                             expr="(computed, preempted)", want=wanted, got=got)  # fmt: skip
-        raise CheckFailed(
-            f"{message}\nReplay it:\n    from paged_kv.serving.scheduler import SamplingParams\n"
-            "    from paged_kv.course.checks.ch06_serving_engine import workload\n"
-            f"    engine, prompts = workload({scheduler_cls.__name__}, seed={seed})\n"
-            "    for p in prompts:\n        engine.add_request(p, SamplingParams(6))\n"
-            f"    for _ in range({step + 1}):\n"
-            "        print(engine.step().describe())  # request:tokens, * for an admission",
-            causes.WRONG_STATE,
-        )
-
-
-# -- exercise 3: both together -----------------------------------------------------------------
-
-_QUESTIONS = [b"What is paging?", b"Why blocks?", b"Who evicts?"]
+_DENSE = ("An admitted request computes every token from its prefix hits on; a preempted one "
+          "keeps its output, recomputed with its prompt")  # fmt: skip
 
 
 def _at_fault(scheduler_cls: type[Scheduler]) -> CheckFailed | None:
-    """Exercise 1's and 2's checks on `scheduler_cls`, each method alone: the first that fails."""
+    """Exercise 1's and 2's checks on each method of `scheduler_cls` alone (the other one the
+    library's): the first that fails."""
     for check, method in ((check_admission, "admit_waiting"), (check_preemption, "preempt")):
-        alone = type(
-            scheduler_cls.__name__,
-            (scheduler_cls,),
-            {m: getattr(Scheduler, m) for m in ("admit_waiting", "preempt") if m != method},
-        )
+        other = "preempt" if method == "admit_waiting" else "admit_waiting"
+        alone = type(scheduler_cls.__name__, (scheduler_cls,), {other: getattr(Scheduler, other)})
         try:
             check(alone)
         except CheckFailed as failure:
@@ -274,34 +228,158 @@ def _at_fault(scheduler_cls: type[Scheduler]) -> CheckFailed | None:
 
 @exercise(3, "both together")
 def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
-    """An engine with `scheduler_cls`, short of blocks, generates the cache-free greedy tokens.
-    A failure runs exercises 1 and 2's checks on each method to name the one at fault."""
-    model, prompts = sensitive_model(), [SYSTEM_PROMPT + list(q) for q in _QUESTIONS]
-    engine = Engine(model, num_blocks=12, block_size=8, scheduler=scheduler_cls)
-    failure: CheckFailed | None = None
+    """The capstone's engine on the library's parts and `scheduler_cls`, short of blocks,
+    generates the cache-free greedy tokens. A failure runs exercises 1 and 2's checks on each
+    method to name the one at fault."""
     try:
         with one_thread():
-            out = call("engine.generate(prompts, 24)", engine.generate, prompts, 24)
-            wants = [greedy_dense(model, prompt, 24) for prompt in prompts]
-    except CheckFailed as error:
-        failure = error
-    else:
-        for i, (completion, want) in enumerate(zip(out, wants, strict=True)):
-            if completion.token_ids != want and failure is None:
-                hint = ("An admitted request computes every token from its prefix hits on; a "
-                        "preempted one keeps its output, recomputed with its prompt")  # fmt: skip
-                line, got = f"request {i}'s tokens", completion.token_ids
-                message = causes.say(causes.WRONG_RESULT, hint, line=line, want=want, got=got)
-                failure = CheckFailed(message, causes.WRONG_RESULT)
-    if failure is not None:
+            engine = call(f"serve({{}}, {scheduler_cls.__name__})", serve, {}, scheduler_cls)
+            wrong = wrong_tokens(engine, _DENSE)
+        if wrong:
+            raise CheckFailed(wrong, causes.WRONG_RESULT)
+    except CheckFailed as failure:
         with quiet():
             found = _at_fault(scheduler_cls)
+        replay = "from paged_kv.course.checks.ch06_serving_engine import serve\n    serve({}, "
         raise CheckFailed(
-            f"{failure}{found or ''}\nReplay it:\n    from paged_kv.serving.engine import Engine\n"
-            "    from paged_kv.course.checks.capstone import SYSTEM_PROMPT, sensitive_model\n"
-            "    engine = Engine(sensitive_model(), num_blocks=12, block_size=8, "
-            f"scheduler={scheduler_cls.__name__})\n"
-            f"    engine.generate([SYSTEM_PROMPT + list(q) for q in {_QUESTIONS}], 24)",
-            found.cause if found else failure.cause,
-        )
+            f"{failure}{found or ''}\nReplay it:\n    {replay}{scheduler_cls.__name__})",
+            (found or failure).cause,
+        ) from None
     passed(f"served like dense decoding, through {len(engine.stats().preemptions)} preemptions")
+
+
+# -- the capstone: the engine on every part ------------------------------------------------------
+
+SYSTEM_PROMPT = list(b"You are a terse assistant. Reply in one line.\n")
+_MANAGER_PARTS = ("pool", "block_hasher", "prefix_lookup", "allocate_table")
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the tiny models on one thread: they gain nothing from more, and on a loaded machine
+    torch's threads wait on each other (a check's engine steps ran 50x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@functools.cache
+def sensitive_model() -> TinyLM:
+    """TinyLM(seed=0) with sharper attention (queries and keys x3) that weighs more (output
+    projection x4): changing any one token of a prompt changes what it generates."""
+    model = TinyLM(seed=0)
+    with torch.no_grad():
+        for layer in model.layers:
+            for projection, scale in (("q_proj", 3), ("k_proj", 3), ("o_proj", 4)):
+                getattr(layer.self_attn, projection).weight *= scale
+    return model
+
+
+def _requests() -> list[tuple[list[int], str | None]]:
+    """Ten (prompt, tenant salt): two system prompts, three questions, two tenants."""
+    rng, questions = random.Random(6), [b"Why pages?", b"What is a block?", b"Evict what?"]
+    systems = [SYSTEM_PROMPT, list(b"SYSTEM: answer about KV caches, briefly.\n")]
+    return [(systems[i % 2] + list(rng.choice(questions)) + [48 + i],
+             "tenant-b" if i % 3 == 2 else None) for i in range(10)]  # fmt: skip
+
+
+def serve(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
+    """The engine on `parts` (the library's for those missing) and `scheduler_cls`, after
+    serving the ten requests, 10 tokens each, in a cache small enough to evict and preempt."""
+    hooks = {name: parts[name] for name in _MANAGER_PARTS if name in parts}
+    engine = Engine(sensitive_model(), num_blocks=30, block_size=4, max_batch_tokens=128,
+                    max_running=6, eviction=parts.get("eviction") or "lru", scheduler=scheduler_cls,
+                    attention=parts.get("attention"),
+                    manager_factory=functools.partial(learner_manager, **hooks))  # fmt: skip
+    for prompt, salt in _requests():
+        engine.add_request(prompt, SamplingParams(10), salt=salt)
+    engine.run()
+    return engine
+
+
+@functools.cache
+def _dense() -> list[list[int]]:
+    return [greedy_dense(sensitive_model(), prompt, 10) for prompt, _ in _requests()]
+
+
+def wrong_tokens(engine: Engine, hint: str = "") -> str | None:
+    """What the first request whose tokens are not the cache-free greedy ones got, or None."""
+    for i, (request_id, want) in enumerate(zip(engine.requests, _dense(), strict=True)):
+        got = engine.completion(request_id).token_ids
+        if got != want:
+            line = f"request {i}'s tokens"
+            return causes.say(causes.WRONG_RESULT, hint, line=line, want=want, got=got)
+    return None
+
+
+@exercise(None, "capstone")
+def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None = None) -> None:
+    """The engine on your parts: your pool (01), eviction policy (03), chained hash, prefix
+    lookup and all-or-nothing add (04), decode attention (05) and scheduler (06) serve ten
+    requests sharing system prompts, two tenants, in a cache small enough to evict and preempt,
+    and generate exactly the cache-free greedy tokens. `parts` defaults to the saved ones
+    (`paged_kv.course.parts.load_all()`); a missing part is the library's, and says so."""
+    if parts is None:
+        found = saved.load_all()
+    else:
+        mine = {n: p for n, p in parts.items() if p is not None}
+        found = {n: (mine.get(n), "yours" if n in mine else "the library's") for n in saved.PARTS}
+    parts = {name: part for name, (part, _) in found.items() if part is not None}
+    with one_thread():
+        stats = _served(parts, scheduler_cls).stats()
+    lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
+    lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
+    print("The engine ran on:", *lines, sep="\n")
+    print(
+        f"{stats.requests} requests, {stats.generated_tokens} tokens, all equal to cache-free "
+        f"greedy decoding; {stats.prefill_tokens_saved} prompt tokens were prefix hits, "
+        f"{stats.evictions} blocks evicted, {len(stats.preemptions)} preemptions."
+    )
+    passed("the engine on your parts generates the dense tokens")
+
+
+def _served(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
+    """The engine after the run; wrong tokens, or an error the library raised that no hook's
+    check explains, fail naming the part at fault (`_culprits`)."""
+    try:
+        engine = serve(parts, scheduler_cls)
+        wrong = wrong_tokens(engine)
+        if wrong is None:
+            return engine
+    except Exception as exc:
+        if failures.where_raised(exc) or str(exc).startswith(tuple(f"{n} " for n in parts)):
+            raise  # the learner's code raised (the message says where), or a hook's check did
+        wrong = str(failures.learner_error(exc, "Capstone", doing="the engine run"))
+    cause, why = _culprits(parts, scheduler_cls)
+    raise CheckFailed(f"{wrong}\n{why}", cause)
+
+
+def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[str, str]:
+    """(cause, why): serve with each of the learner's parts swapped for the library's; the
+    parts without which the tokens come out right are at fault."""
+
+    def right_without(*names: str) -> bool:
+        try:
+            with quiet():
+                kept = {n: p for n, p in parts.items() if n not in names}
+                return wrong_tokens(serve(kept, scheduler_cls)) is None
+        except Exception:  # a diagnosis: an error only says "not right"
+            return False
+
+    at_fault = [saved.PARTS[name] for name in parts if right_without(name)]
+    if at_fault:
+        return causes.PART_AT_FAULT, "\n".join(
+            f"With the library's {part.name} instead of {part.what}, the engine serves every token "
+            f"right: {part.what} is at fault. Run the checks of chapter {part.chapter}'s exercise "
+            f"notebook ({Path(part.notebook).name}) again, and look at what they do not try."
+            for part in at_fault
+        )
+    if not right_without(*parts):
+        return causes.SCHEDULER_AT_FAULT, (
+            f"With the library's parts and your {scheduler_cls.__name__}, the tokens are still "
+            "wrong: your scheduler is the cause (run this notebook's checks again)."
+        )
+    return causes.PARTS_DISAGREE, "No single part is the cause; two of your parts disagree."

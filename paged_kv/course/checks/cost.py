@@ -1,18 +1,8 @@
-"""How an operation's work grows with the size of a structure, machine-independently.
-
-Three meters, each blind where the others see:
-
-- `count_lines_executed`: Python lines run (a loop over the pool shows at once);
-- `instrument`: the containers an object holds are swapped for counting twins, which count
-  every entry a call touches, including work done in C: `min()`, `sorted()`, `x in list`,
-  `list.remove`, `list.pop(0)`, `list.index`, iterating a dict...;
-- `grows_in_time`: the seconds one batch of operations takes at two sizes, the fastest of
-  several interleaved rounds, confirmed twice: for what the other two cannot see (a scan over a
-  `range` or a bytearray), with a wide margin, so that a noisy machine does not fail a correct
-  solution.
-
-`constant_work` puts the first two together: the work of one action at two sizes.
-"""
+"""How an operation's work grows with the size of a structure, machine-independently, by
+three meters each blind where the others see: Python lines run (`count_lines_executed`);
+entries touched in the containers an object holds, in C too (`instrument` swaps them for
+counting twins: `min()`, `x in list`, `list.pop(0)`...); seconds at two sizes, with a wide
+margin, for the rest (`grows_in_time`: a scan over a `range` or a bytearray)."""
 
 from __future__ import annotations
 
@@ -28,14 +18,14 @@ from typing import Any
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import CheckFailed, stage
 
+Sizes = tuple[int, int]
 _HERE = __file__
 _CHECKS = str(__file__).rsplit("/", 1)[0]  # paged_kv/course/checks
 
 
 def count_lines_executed(fn: Callable[[], Any]) -> int:
-    """How many Python source lines `fn()` executes (C built-ins count as one line).
-
-    The counting containers' own lines are not counted."""
+    """How many Python source lines `fn()` executes (C built-ins count as one line; the
+    counting containers' own lines are not counted)."""
     return count_lines_by_function(fn)[0]
 
 
@@ -71,22 +61,11 @@ class Meter:
 
     def __init__(self) -> None:
         self.touched: Counter[tuple[str, str]] = Counter()
-
-    def add(self, name: str, op: str, n: int) -> None:
-        self.touched[name, op] += n
+        self.reset = self.touched.clear
 
     @property
     def total(self) -> int:
         return sum(self.touched.values())
-
-    def reset(self) -> None:
-        self.touched.clear()
-
-
-def describe_touches(meter: Meter) -> str:
-    """The container operation that did most of the work, in words."""
-    (container, op), touched = meter.touched.most_common(1)[0]
-    return f"{op} on `{container}` ({touched:,} entries)"
 
 
 class _Counted:
@@ -96,23 +75,27 @@ class _Counted:
     _name: str
 
     def _add(self, op: str, n: int) -> None:
-        self._meter.add(self._name, op, n)
+        self._meter.touched[self._name, op] += n
 
-    def _each(self, items: Iterable[Any], op: str = "iteration") -> Iterator[Any]:
+    def _each(self, items: Iterable[Any]) -> Iterator[Any]:
         for item in items:
-            self._add(op, 1)
+            self._add("iteration", 1)
             yield item
 
 
-def _whole(base: type, method: str, op: str) -> Callable[..., Any]:
-    """`base.method`, counted as touching every entry."""
+def _priced(base: type, method: str, price: Callable[..., tuple[str, int]]) -> Any:
+    """`base.method`, counted: `price(self, *args)` names what it does to how many entries."""
     plain = getattr(base, method)
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._add(op, len(self))
+        self._add(*price(self, *args))
         return plain(self, *args, **kwargs)
 
     return counted
+
+
+def _whole(op: str) -> Callable[..., tuple[str, int]]:
+    return lambda self, *args: (op, len(self))
 
 
 def _copy(base: type, entries: Callable[[Any], Iterable[Any]]) -> Callable[[Any], Any]:
@@ -128,131 +111,113 @@ def _copy(base: type, entries: Callable[[Any], Iterable[Any]]) -> Callable[[Any]
 def _sequence(base: type) -> type:
     """A counting twin of `list` or `deque`."""
 
-    def position(self: Any, index: int) -> int:
+    def at(self: Any, index: int) -> int:  # where `index` falls, as `base` reads it
         n = len(self)
         return max(0, min(n, index if index >= 0 else n + index))
 
-    def iter_(self: Any) -> Iterator[Any]:
-        return self._each(base.__iter__(self))
+    def found(self: Any, item: Any, *args: Any) -> int:
+        try:
+            return base.index(self, item, *args) + 1
+        except ValueError:
+            return len(self)
 
-    def reversed_(self: Any) -> Iterator[Any]:
-        return self._each(base.__reversed__(self))
-
-    def contains(self: Any, item: object) -> bool:
-        for i, x in enumerate(base.__iter__(self)):
-            if x is item or x == item:
-                self._add("`in`", i + 1)
-                return True
-        self._add("`in`", len(self))
-        return False
-
-    def index(self: Any, item: Any, *args: Any) -> int:
-        i = base.index(self, item, *args)
-        self._add(".index()", i + 1)
-        return i
-
-    def pop(self: Any, index: int = -1) -> Any:
-        at = position(self, index)
-        self._add(".pop(i)" if at < len(self) - 1 else ".pop()", len(self) - at)
-        return base.pop(self, index) if base is list else base.pop(self)
-
-    def insert(self: Any, index: int, item: Any) -> None:
-        self._add(".insert()", len(self) - position(self, index) + 1)
-        base.insert(self, index, item)
-
-    def getitem(self: Any, key: Any) -> Any:
+    def getitem(self: Any, key: Any) -> tuple[str, int]:
         if isinstance(key, slice):
-            self._add("slicing", len(range(*key.indices(len(self)))))
-        else:
-            at = position(self, key)
-            self._add("indexing", 1 if base is list else min(at, len(self) - at) + 1)
-        return base.__getitem__(self, key)
+            return "slicing", len(range(*key.indices(len(self))))
+        return "indexing", 1 if base is list else min(at(self, key), len(self) - at(self, key)) + 1
 
-    def delitem(self: Any, key: Any) -> None:
-        start = key.indices(len(self))[0] if isinstance(key, slice) else position(self, key)
-        self._add("del", len(self) - start)
-        base.__delitem__(self, key)
+    def delitem(self: Any, key: Any) -> tuple[str, int]:
+        return "del", len(self) - (
+            key.indices(len(self))[0] if isinstance(key, slice) else at(self, key)
+        )
+
+    def pop(self: Any, index: int = -1) -> tuple[str, int]:
+        return ".pop(i)" if at(self, index) < len(self) - 1 else ".pop()", len(self) - at(
+            self, index
+        )
 
     def extend(self: Any, items: Iterable[Any]) -> None:
-        items = list(items)
+        items = list(items)  # counted before they are added, an iterator read once
         self._add(".extend()", len(items))
         base.extend(self, items)
 
-    methods: dict[str, Any] = {
-        "__iter__": iter_,
-        "__reversed__": reversed_,
-        "__contains__": contains,
-        "index": index,
-        "pop": pop,
-        "insert": insert,
+    prices = {
+        "__contains__": lambda self, item: ("`in`", found(self, item)),
+        "index": lambda self, *args: (".index()", found(self, *args)),
+        "insert": lambda self, i, _: (".insert()", len(self) - at(self, i) + 1),
         "__getitem__": getitem,
         "__delitem__": delitem,
-        "extend": extend,
-        "count": _whole(base, "count", ".count()"),
-        "remove": _whole(base, "remove", ".remove()"),
-        "copy": _copy(base, base.__iter__),
-        "__add__": _whole(base, "__add__", "+"),
+        "pop": pop,
+        "count": _whole(".count()"),
+        "remove": _whole(".remove()"),
+        "__add__": _whole("+"),
+        **({"sort": _whole(".sort()")} if base is list else {}),
+        **({"rotate": lambda self, n=1: (".rotate()", abs(n))} if base is deque else {}),
     }
-    if base is list:
-        methods["sort"] = _whole(base, "sort", ".sort()")
-    else:
-
-        def rotate(self: Any, n: int = 1) -> None:
-            self._add(".rotate()", abs(n))
-            base.rotate(self, n)
-
-        methods["rotate"] = rotate
+    methods = {name: _priced(base, name, price) for name, price in prices.items()}
+    methods |= {
+        "__iter__": lambda self: self._each(base.__iter__(self)),
+        "__reversed__": lambda self: self._each(base.__reversed__(self)),
+        "extend": extend,
+        "copy": _copy(base, base.__iter__),
+    }
     return type(f"Counting{base.__name__.title()}", (_Counted, base), methods)
+
+
+class _View:
+    """A counting twin of a dict's keys, values or items."""
+
+    def __init__(self, view: Any, owner: _Counted) -> None:
+        self._view, self._owner = view, owner
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._owner._each(self._view)
+
+    def __reversed__(self) -> Iterator[Any]:
+        return self._owner._each(reversed(self._view))
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def __contains__(self, item: object) -> bool:
+        self._owner._add("`in`", 1)
+        return item in self._view
 
 
 def _mapping(base: type) -> type:
     """A counting twin of `dict`, `OrderedDict` or `set`."""
-
-    class View:
-        def __init__(self, view: Any, owner: Any) -> None:
-            self._view, self._owner = view, owner
-
-        def __iter__(self) -> Iterator[Any]:
-            return self._owner._each(self._view)
-
-        def __reversed__(self) -> Iterator[Any]:
-            return self._owner._each(reversed(self._view))
-
-        def __len__(self) -> int:
-            return len(self._view)
-
-        def __contains__(self, item: object) -> bool:
-            self._owner._add("`in`", 1)
-            return item in self._view
-
     methods: dict[str, Any] = {
         "__iter__": lambda self: self._each(base.__iter__(self)),
         "copy": _copy(base, base.__iter__ if base is set else base.items),
     }
     if base is set:
         for name in ("__sub__", "__or__", "__and__", "difference", "union"):
-            methods[name] = _whole(base, name, "a set operation")
+            methods[name] = _priced(base, name, _whole("a set operation"))
     else:
         plain: Any = base  # dict or OrderedDict here
         methods["__reversed__"] = lambda self: self._each(plain.__reversed__(self))
         for view in ("keys", "values", "items"):
-            methods[view] = lambda self, v=view: View(getattr(base, v)(self), self)
+            methods[view] = lambda self, v=view: _View(getattr(base, v)(self), self)
     return type(f"Counting{base.__name__}", (_Counted, base), methods)
 
 
 _TWINS: dict[type, type] = {kind: _sequence(kind) for kind in (list, deque)}
-_TWINS.update({kind: _mapping(kind) for kind in (dict, OrderedDict, set)})
+_TWINS |= {kind: _mapping(kind) for kind in (dict, OrderedDict, set)}
 
 
 def counting(value: Any, meter: Meter, name: str) -> Any:
-    """A counting copy of `value` reporting to `meter`, or None if it is not a container we
-    count."""
+    """A counting copy of `value` reporting to `meter`, or None if it is no container we count."""
     twin_type = _TWINS.get(type(value))
     if twin_type is None:
         return None
     twin = twin_type(value, value.maxlen) if type(value) is deque else twin_type(value)
     twin._meter, twin._name = meter, name
     return twin
+
+
+def _small_list(value: Any) -> Iterable[Any]:
+    """The entries of a list short enough to hold containers worth counting (buckets)."""
+    return list.__iter__(value) if isinstance(value, list) and len(value) <= 4096 else ()
 
 
 def instrument(obj: Any, meter: Meter, name: str = "self", depth: int = 2) -> None:
@@ -264,23 +229,19 @@ def instrument(obj: Any, meter: Meter, name: str = "self", depth: int = 2) -> No
     for key, value in list(attributes.items()):
         label = f"{name}.{key}"
         if isinstance(value, _Counted):  # instrumented before: report to `meter` now
-            value._meter = meter
-            for item in (
-                list.__iter__(value) if isinstance(value, list) and len(value) <= 4096 else ()
-            ):
-                if isinstance(item, _Counted):
-                    item._meter = meter
+            for twin in (value, *_small_list(value)):
+                if isinstance(twin, _Counted):
+                    twin._meter = meter
             continue
         twin = counting(value, meter, label)
         if twin is None:
             if hasattr(value, "__dict__") and not (isinstance(value, type) or callable(value)):
                 instrument(value, meter, label, depth - 1)
             continue
-        if isinstance(twin, list) and len(twin) <= 4096:  # e.g. a list of buckets
-            for i, item in enumerate(list.__iter__(twin)):
-                inner = counting(item, meter, f"{label}[...]")
-                if inner is not None:
-                    list.__setitem__(twin, i, inner)
+        for i, item in enumerate(_small_list(twin)):
+            inner = counting(item, meter, f"{label}[...]")
+            if inner is not None:
+                list.__setitem__(twin, i, inner)
         with contextlib.suppress(AttributeError, TypeError):
             setattr(obj, key, twin)
 
@@ -297,7 +258,7 @@ def work_of(obj: Any, action: Callable[[], Any]) -> tuple[int, Meter, Counter[st
 def constant_work(
     build: Callable[[int], tuple[Any, Any]],
     action: Callable[[Any, Any], Any],
-    sizes: tuple[int, int],
+    sizes: Sizes,
     *,
     what: str,
     unit: str,
@@ -322,7 +283,7 @@ def grew(
     what: str,
     small: int,
     large: int,
-    sizes: tuple[int, int],
+    sizes: Sizes,
     unit: str,
     meter: Meter,
     small_lines: Counter[str],
@@ -330,54 +291,42 @@ def grew(
     hint: str,
 ) -> str:
     """The `work_grows` message: where the extra work went (a container or a function)."""
-    lines = sum(large_lines.values())
-    if meter.total > lines:
-        where = f", mostly by {describe_touches(meter)}"
+    if meter.total > sum(large_lines.values()):
+        (container, op), touched = meter.touched.most_common(1)[0]
+        where = f", mostly by {op} on `{container}` ({touched:,} entries)"
     else:
-        growth = {f: large_lines[f] - small_lines.get(f, 0) for f in large_lines}
-        top = max(growth, key=lambda f: growth[f], default="")
-        where = f", mostly in `{top.split('.<genexpr>')[0]}`" if top and growth[top] > 0 else ""
+        growth = large_lines - small_lines
+        top = max(growth, key=growth.__getitem__, default="")
+        where = f", mostly in `{top.split('.<genexpr>')[0]}`" if top else ""
+    small_size, large_size = (f"{size:,} {unit}" for size in sizes)
+    fields = {"what": what, "small": small, "large": large, "where": where}
     return causes.say(
-        causes.WORK_GROWS,
-        hint,
-        what=what,
-        small=small,
-        large=large,
-        small_size=f"{sizes[0]:,} {unit}",
-        large_size=f"{sizes[1]:,} {unit}",
-        where=where,
+        causes.WORK_GROWS, hint, small_size=small_size, large_size=large_size, **fields
     )
 
 
-def time_ratio(
-    make: Callable[[int], Any], work: Callable[[Any], None], sizes: tuple[int, int], rounds: int = 3
-) -> float:
-    """Fastest time of `work(obj)` on fresh objects of the large size over the small one, the
-    sizes taking turns, the garbage collector paused while timing."""
-    best = [float("inf"), float("inf")]
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            for i, obj in enumerate([make(size) for size in sizes]):
-                start = time.perf_counter()
-                work(obj)
-                best[i] = min(best[i], time.perf_counter() - start)
-    finally:
-        if enabled:
-            gc.enable()
-    return best[1] / max(best[0], 1e-9)
-
-
 def grows_in_time(
-    make: Callable[[int], Any],
-    work: Callable[[Any], None],
-    sizes: tuple[int, int],
-    factor: float = 25.0,
+    make: Callable[[int], Any], work: Callable[[Any], None], sizes: Sizes, factor: float = 25.0
 ) -> float | None:
-    """The time ratio if it exceeds `factor` in two separate measurements, else None."""
-    first = time_ratio(make, work, sizes)
-    if first <= factor:
-        return None
-    second = time_ratio(make, work, sizes)
+    """The time of `work(obj)` on a fresh object of the large size over the small one, if it
+    exceeds `factor` in two separate measurements, else None."""
+
+    def ratio(rounds: int = 3) -> float:
+        """The fastest time over the rounds, the sizes taking turns, the collector paused."""
+        best = [float("inf"), float("inf")]
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for _ in range(rounds):
+                for i, obj in enumerate([make(size) for size in sizes]):
+                    start = time.perf_counter()
+                    work(obj)
+                    best[i] = min(best[i], time.perf_counter() - start)
+        finally:
+            if enabled:
+                gc.enable()
+        return best[1] / max(best[0], 1e-9)
+
+    first = ratio()
+    second = ratio() if first > factor else 0.0
     return min(first, second) if second > factor else None

@@ -1,16 +1,7 @@
-"""Failures a learner can act on: what every chapter's checks say when the learner's code is
-wrong, raises, or is not written yet.
-
-- `CheckFailed` (a wrong answer) and `ExerciseNotDone` (a stub still in place) print only
-  their message in Jupyter: `_render_traceback_` replaces the traceback, so no line of the
-  checks (some of which are answers) and none of the library's internals is shown. The cell
-  still errors, so nbval and the grader see the failure.
-- Every `CheckFailed` names one cause key from `causes` (tests match the key, not the prose).
-- `@exercise(number, title)` labels a check, caps its time (`CAP_SECONDS`: a slow answer fails
-  naming the `stage` it was in) and turns what the learner's code raises inside it into
-  "exercise N not done yet" (NotImplementedError) or "your code raised X at line L of your
-  cell, in the step that was running" (anything else).
-"""
+"""What every check says when the learner's code is wrong, raises, is too slow or is not
+written yet: `CheckFailed` (naming one cause of `causes`) or `ExerciseNotDone`, which Jupyter
+prints as their message alone, never a traceback into the checks (some are answers) or the
+library; the cell still errors, so nbval and the grader see it."""
 
 from __future__ import annotations
 
@@ -30,24 +21,29 @@ from typing import Any, TypeVar, cast
 
 import paged_kv
 from paged_kv.course.checks import causes
+from paged_kv.errors import PagedKVError
 
 F = TypeVar("F", bound=Callable[..., Any])
+Errors = tuple[type[Exception], ...]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
-    for p in {
-        str(Path(paged_kv.__file__).parent),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["purelib"],
-        sysconfig.get_paths()["platlib"],
-    }
+    for p in {str(Path(paged_kv.__file__).parent)}
+    | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
 )
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 _stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
 CAP_SECONDS = 10.0  # the most one check may take, on any answer
+_STUB = ": replace this line with your code"
 
 
-class CheckFailed(AssertionError):
+class _ShownAsMessage:
+    def _render_traceback_(self) -> list[str]:  # IPython prints this instead of a traceback
+        first, *rest = str(self).splitlines() or [""]
+        return [f"\x1b[1;31m{type(self).__name__}\x1b[0m: {first}", *rest]
+
+
+class CheckFailed(_ShownAsMessage, AssertionError):
     """The learner's code did something the chapter's rules forbid; the message says what,
     `cause` (a key of `causes.TEMPLATES`) names why."""
 
@@ -55,23 +51,9 @@ class CheckFailed(AssertionError):
         super().__init__(message)
         self.cause = cause
 
-    def _render_traceback_(self) -> list[str]:  # IPython prints this instead of a traceback
-        return _render("CheckFailed", str(self))
 
-
-class ExerciseNotDone(NotImplementedError):
+class ExerciseNotDone(_ShownAsMessage, NotImplementedError):
     """An exercise still has its `raise NotImplementedError(...)` stub."""
-
-    def _render_traceback_(self) -> list[str]:
-        return _render("ExerciseNotDone", str(self))
-
-
-def _render(name: str, message: str) -> list[str]:
-    first, *rest = message.splitlines() or [""]
-    return [f"\x1b[1;31m{name}\x1b[0m: {first}", *rest]
-
-
-# -- verdicts ------------------------------------------------------------------------------
 
 
 def expect(condition: bool, message: str, cause: str = causes.UNNAMED) -> None:
@@ -85,36 +67,23 @@ def passed(what: str) -> None:
 
 
 def expect_raises(
-    error: type[Exception] | tuple[type[Exception], ...],
-    action: Callable[[], Any],
-    what: str,
-    *,
-    hint: str = "",
+    error: Errors | type[Exception], action: Callable[[], Any], what: str, *, hint: str = ""
 ) -> BaseException:
     """Run `action`, which must raise `error`; return the exception."""
     names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
+    hint = f" {hint}" if hint else ""
     try:
         result = action()
     except error as exc:
         return exc
-    except CheckFailed:
+    except (CheckFailed, NotImplementedError):
         raise
     except Exception as exc:  # the wrong error type is a learner mistake worth naming
-        if isinstance(exc, NotImplementedError):
-            raise
-        raise CheckFailed(
-            f"{what} should raise {names}, but your code raised "
-            f"{type(exc).__name__}: {exc}{where_raised(exc)}.{_hint(hint)}",
-            causes.WRONG_ERROR,
-        ) from None
-    raise CheckFailed(
-        f"{what} should raise {names}, but it returned {short_repr(result)}.{_hint(hint)}",
-        causes.MISSING_REFUSAL,
-    )
-
-
-def _hint(hint: str) -> str:
-    return f" {hint}" if hint else ""
+        saw = f"your code raised {type(exc).__name__}: {exc}{where_raised(exc)}"
+        cause = causes.WRONG_ERROR
+    else:
+        saw, cause = f"it returned {short_repr(result)}", causes.MISSING_REFUSAL
+    raise CheckFailed(f"{what} should raise {names}, but {saw}.{hint}", cause)
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
@@ -122,38 +91,31 @@ def short_repr(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"… ({len(text)} characters)"
 
 
-# -- exercises and the learner's own errors ----------------------------------------------------
-
-
 def exercise(number: int | None, title: str) -> Callable[[F], F]:
-    """Label a check "Exercise N (title)" (or just "Title" without a number) and turn the
-    learner's exceptions into messages."""
+    """Label a check "Exercise N (title)" (or just "Title" without a number), cap its time and
+    turn the learner's exceptions into messages. A check run inside another is left to it."""
+    label = f"Exercise {number} ({title})" if number else title[0].upper() + title[1:]
 
     def wrap(check: F) -> F:
         @functools.wraps(check)
         def run(*args: Any, **kwargs: Any) -> Any:
-            label = f"Exercise {number} ({title})" if number else title[0].upper() + title[1:]
-            outer = _label.get()
-            token = _label.set(outer or label)
+            if _label.get():
+                return check(*args, **kwargs)
+            token = _label.set(label)
             try:
-                if outer:
-                    return check(*args, **kwargs)
                 with _capped():
                     return check(*args, **kwargs)
             except CheckFailed as exc:
-                if outer:  # a nested check: the outermost one labels the message
-                    raise
                 raise CheckFailed(_labelled(label, str(exc)), exc.cause) from None
             except ExerciseNotDone as exc:
-                if outer:
-                    raise
                 raise ExerciseNotDone(_labelled(label, str(exc))) from None
             except _OutOfTime as late:
                 message = causes.say(causes.TOO_SLOW, seconds=CAP_SECONDS, stage=late.args[0])
                 raise CheckFailed(f"{label}: {message}", causes.TOO_SLOW) from None
             except Exception as exc:
-                if outer or not _blames_the_learner(exc):
-                    raise  # nested, or a bug in the checks themselves: show its traceback
+                mine = isinstance(exc, NotImplementedError | PagedKVError) or _learner_frame(exc)
+                if not mine:  # neither the learner's code nor the library refusing what it did
+                    raise  # a bug in the checks themselves: show its traceback
                 raise learner_error(exc, label) from None
             finally:
                 _label.reset(token)
@@ -163,9 +125,12 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
     return wrap
 
 
+def _labelled(label: str, message: str) -> str:
+    return message if message.startswith(label) else f"{label}: {message}"
+
+
 class _OutOfTime(BaseException):
-    """The check ran past `CAP_SECONDS` (a BaseException: the learner's `except Exception`
-    must not swallow it)."""
+    """Past `CAP_SECONDS` (a BaseException: the learner's `except Exception` lets it by)."""
 
 
 @contextlib.contextmanager
@@ -198,10 +163,9 @@ def stage(doing: str) -> Iterator[None]:
 
 
 def stubs_as_not_done(check: F) -> F:
-    """A check whose stubs report "not done yet" in one line, whatever else it does (for the
-    checks that are not labelled with `exercise`)."""
+    """`check`, reporting a stub as "not done yet" in one line (as `exercise` checks do)."""
     if getattr(check, "__wrapped__", None) is not None:
-        return check  # labelled already
+        return check
 
     @functools.wraps(check)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -213,18 +177,6 @@ def stubs_as_not_done(check: F) -> F:
             raise learner_error(exc, "This exercise") from None
 
     return cast(F, run)
-
-
-def _blames_the_learner(exc: BaseException) -> bool:
-    """Did the learner's code raise `exc` (or call what raised it), or did the library refuse
-    what the learner's code did (a PagedKVError, whose message says what)?"""
-    from paged_kv.errors import PagedKVError
-
-    return isinstance(exc, NotImplementedError | PagedKVError) or _learner_frame(exc) is not None
-
-
-def _labelled(label: str, message: str) -> str:
-    return message if message.startswith(label) else f"{label}: {message}"
 
 
 def learner_error(exc: BaseException, label: str | None = None, doing: str = "") -> Exception:
@@ -247,18 +199,14 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
     )
 
 
-STUB = ": replace this line with your code"
-
-
 def stub_of(exc: BaseException) -> str:
     """Which stub raised `exc`, and what to do about it."""
     text = str(exc)
-    if text.endswith(STUB):
-        where = f"`{text[: -len(STUB)]}` still has its stub"
-    else:
-        frame = _learner_frame(exc)
-        name = f"`{frame.name}`" if frame else "a function"
-        where = f"{name} raises NotImplementedError ({text})"
+    frame = _learner_frame(exc)
+    name = f"`{frame.name}`" if frame else "a function"
+    where = f"{name} raises NotImplementedError ({text})"
+    if text.endswith(_STUB):
+        where = f"`{text[: -len(_STUB)]}` still has its stub"
     return f"{where}. Write it, run its cell, then run this check again."
 
 
@@ -276,25 +224,19 @@ def _learner_frame(exc: BaseException) -> traceback.FrameSummary | None:
 
 def where_raised(exc: BaseException) -> str:
     """Where the learner's code raised `exc`, or called the library that raised it."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [i for i, f in enumerate(frames) if not _is_library(f.filename)]
-    if not mine:
+    frame = _learner_frame(exc)
+    if frame is None:
         return ""
-    frame = frames[mine[-1]]
-    place = _place(frame)
+    cell = "ipykernel_" in frame.filename or frame.filename.startswith("<ipython-input")
+    place = f"line {frame.lineno} of {'its cell' if cell else Path(frame.filename).name}"
     line = f": `{frame.line.strip()}`" if frame.line else ""
-    inside = ""
-    if mine[-1] < len(frames) - 1:  # the learner called into the library, which raised
-        inner = frames[-1]
-        inside = f" (raised inside {Path(inner.filename).name}'s `{inner.name}`, called from there)"
+    inner = traceback.extract_tb(exc.__traceback__)[-1]
+    inside = (
+        f" (raised inside {Path(inner.filename).name}'s `{inner.name}`, called from there)"
+        if _is_library(inner.filename)
+        else ""
+    )
     return f"\n  in `{frame.name}`, {place}{line}{inside}"
-
-
-def _place(frame: traceback.FrameSummary) -> str:
-    name = frame.filename
-    if "ipykernel_" in name or name.startswith("<ipython-input"):
-        return f"line {frame.lineno} of its cell"
-    return f"line {frame.lineno} of {Path(name).name}"
 
 
 def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -304,14 +246,14 @@ def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except (CheckFailed, ExerciseNotDone):
         raise
     except Exception as exc:
-        if isinstance(exc, TypeError) and _learner_frame(exc) is None:
-            wrong = _cannot_take(fn, args, kwargs)
-            if wrong:  # the call itself failed: the learner's signature, not the library
-                raise CheckFailed(
-                    f"{_label.get() or 'this check'}: {doing} failed before your code ran: "
-                    f"{wrong} ({exc}).\nThe check was running: {doing}",
-                    causes.BAD_SIGNATURE,
-                ) from None
+        mine = isinstance(exc, TypeError) and _learner_frame(exc) is None
+        wrong = _cannot_take(fn, args, kwargs) if mine else ""
+        if wrong:  # the call itself failed: the learner's signature, not the library
+            raise CheckFailed(
+                f"{_label.get() or 'this check'}: {doing} failed before your code ran: "
+                f"{wrong} ({exc}).\nThe check was running: {doing}",
+                causes.BAD_SIGNATURE,
+            ) from None
         raise learner_error(exc, doing=doing) from None
 
 

@@ -1,7 +1,6 @@
-# expect: missing_refusal from check_release(Wrong)
-class Wrong(FreeListPool):
-    def release(self, block_ids):
-        for b, times in Counter(block_ids).items():
-            if b >= self.num_blocks or times > self.ref[b]:
-                raise InvalidBlock("bad")
-        return FreeListPool.release(self, [b % self.num_blocks for b in block_ids])
+# expect: missing_refusal from check_release(FreeListPool)
+# release checks only the top of the range: Python's ref[-1] quietly answers for -1.
+patch(
+    "            if not 0 <= block_id < self.num_blocks:",
+    "            if block_id >= self.num_blocks:",
+)

@@ -1,12 +1,5 @@
-# expect: missing_refusal from check_release(Wrong)
-class Wrong(FreeListPool):
-    def release(self, block_ids):
-        for b in block_ids:
-            if not 0 <= b < self.num_blocks or self.ref[b] == 0:
-                raise InvalidBlock("bad")
-        freed = []
-        for b in dict.fromkeys(block_ids):
-            self.ref[b] = 0
-            self.free_ids.append(b)
-            freed.append(b)
-        return freed
+# expect: missing_refusal from check_release(FreeListPool)
+# Drops every reference of a block released once, and so accepts [b, b] on a block held once.
+# (Was also release_drops_every_reference, the same mistake on BlockPool.)
+patch("if count > self.ref[block_id]:", "if self.ref[block_id] == 0:")
+patch("self.ref[block_id] -= 1", "self.ref[block_id] = 0")

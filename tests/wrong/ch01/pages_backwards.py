@@ -1,4 +1,2 @@
-# expect: wrong_order from check_free_pages(Wrong)
-class Wrong(FreeListPool):
-    def free_pages(self):
-        return super().free_pages()[::-1]
+# expect: wrong_order from check_free_pages(FreeListPool)
+patch("range(self.num_blocks // per_page)", "reversed(range(self.num_blocks // per_page))")

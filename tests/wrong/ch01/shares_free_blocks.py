@@ -1,8 +1,2 @@
-# expect: missing_refusal from check_release(Wrong)
-class Wrong(FreeListPool):
-    def share(self, block_ids):
-        for b in block_ids:
-            if not 0 <= b < self.num_blocks:
-                raise InvalidBlock("foreign")
-        for b in block_ids:
-            self.ref[b] += 1
+# expect: missing_refusal from check_release(FreeListPool)
+patch(" or self.ref[block_id] == 0:", ":")

@@ -1,12 +1,8 @@
-# expect: not_all_or_nothing from check_release(Wrong)
-class Wrong(FreeListPool):
-    def release(self, block_ids):
-        freed = []
-        for b in block_ids:
-            if not 0 <= b < self.num_blocks or self.ref[b] == 0:
-                raise InvalidBlock("bad")
-            self.ref[b] -= 1
-            if not self.ref[b]:
-                self.free_ids.append(b)
-                freed.append(b)
-        return freed
+# expect: not_all_or_nothing from check_release(FreeListPool)
+patch("for block_id, count in times.items():", "for block_id, count in []:")
+patch(
+    "            self.ref[block_id] -= 1\n",
+    "            if not 0 <= block_id < self.num_blocks or self.ref[block_id] == 0:\n"
+    '                raise InvalidBlock(f"block {block_id} is not in use")\n'
+    "            self.ref[block_id] -= 1\n",
+)

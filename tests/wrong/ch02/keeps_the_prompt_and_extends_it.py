@@ -1,13 +1,11 @@
-# expect: mutates_argument from check_append(Wrong)
-# Keeps the caller's prompt list as its token store and extends it on later appends.
-class Wrong(SequenceManager):
-    def add_sequence(self, seq_id, token_ids):
-        table = super().add_sequence(seq_id, token_ids)
-        self.prompts = getattr(self, "prompts", {})
-        self.prompts[seq_id] = token_ids
-        return table
-
-    def append_tokens(self, seq_id, token_ids):
-        new = super().append_tokens(seq_id, token_ids)
-        self.prompts[seq_id].extend(token_ids)
-        return new
+# expect: mutates_argument from check_append(SequenceManager)
+# Keeps the caller's prompt list as the sequence's tokens and extends it on later appends.
+patch("self.lengths = {}", "self.lengths, self.tokens = {}, {}")
+patch(
+    "self.lengths[seq_id] = len(token_ids)",
+    "self.tokens[seq_id] = token_ids\n        self.lengths[seq_id] = len(token_ids)",
+)
+patch(
+    "table.extend(new_blocks)",
+    "table.extend(new_blocks)\n        self.tokens[seq_id].extend(token_ids)",
+)

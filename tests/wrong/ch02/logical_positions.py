@@ -1,8 +1,2 @@
-# expect: wrong_result from check_manager_slots(Wrong)
-class Wrong(SequenceManager):
-    def slot_mapping(self, seq_id, start=0, end=None):
-        length = self.num_tokens(seq_id)
-        end = length if end is None else end
-        if not 0 <= start <= end <= length:
-            raise InvalidArgument("range")
-        return list(range(start, end))
+# expect: wrong_result from check_manager_slots(SequenceManager)
+patch("table[t // size] * size + t % size for t", "t for t")

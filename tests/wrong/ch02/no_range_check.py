@@ -1,6 +1,2 @@
-# expect: missing_refusal from check_manager_slots(Wrong)
-class Wrong(SequenceManager):
-    def slot_mapping(self, seq_id, start=0, end=None):
-        table, size = self.block_table(seq_id), self.block_size
-        end = self.num_tokens(seq_id) if end is None else end
-        return [table[t // size] * size + t % size for t in range(start, end)]
+# expect: missing_refusal from check_manager_slots(SequenceManager)
+patch("if not 0 <= start <= end <= length:", "if False:")

@@ -1,10 +1,6 @@
-# expect: missing_refusal from check_add_and_free(Wrong)
-class Wrong(SequenceManager):
-    def add_sequence(self, seq_id, token_ids):
-        if seq_id in self.tables:
-            raise DuplicateSequence(seq_id)
-        if not token_ids:
-            raise InvalidArgument("empty")
-        self.tables[seq_id], self.lengths[seq_id] = [], len(token_ids)
-        self.tables[seq_id] = self.pool.allocate(-(-len(token_ids) // self.block_size))
-        return list(self.tables[seq_id])
+# expect: missing_refusal from check_add_and_free(SequenceManager)
+patch(
+    "        table = self.pool.allocate(",
+    "        self.tables[seq_id], self.lengths[seq_id] = [], len(token_ids)\n"
+    "        table = self.pool.allocate(",
+)

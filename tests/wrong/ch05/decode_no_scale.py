@@ -1,3 +1,2 @@
-# expect: missing_scale from check_paged_decode(wrong)
-def wrong(q, k_cache, v_cache, block_tables, seq_lens):
-    return paged_decode(q * math.sqrt(q.shape[-1]), k_cache, v_cache, block_tables, seq_lens)
+# expect: missing_scale from check_paged_decode(paged_decode)
+patch("query = q[b, h].float() / math.sqrt(dim)", "query = q[b, h].float()")

@@ -1,5 +1,3 @@
-# expect: wrong_kv_head from check_paged_decode(wrong)
-def wrong(q, k_cache, v_cache, block_tables, seq_lens):
-    order = torch.arange(q.shape[1]).reshape(-1, k_cache.shape[2]).T.reshape(-1)  # h % kv_heads
-    out = paged_decode(q[:, order], k_cache, v_cache, block_tables, seq_lens)
-    return out[:, order.argsort()]
+# expect: wrong_kv_head from check_paged_decode(paged_decode)
+patch("k_cache[block, :n, h // group]", "k_cache[block, :n, h % kv_heads]")
+patch("v_cache[block, :n, h // group]", "v_cache[block, :n, h % kv_heads]")

@@ -1,7 +1,3 @@
-# expect: missing_rescale from check_online_softmax(wrong)
-def wrong(tiles):
-    total = acc = 0
-    for scores, values in tiles:
-        weights = torch.exp(scores.float() - scores.float().max())
-        total, acc = total + weights.sum(), acc + weights @ values.float()
-    return acc / total, torch.log(total)
+# expect: missing_rescale from check_online_softmax(online_softmax)
+patch("weights = torch.exp(scores - m_new)", "weights = torch.exp(scores - scores.max())")
+patch("rescale = torch.exp(m - m_new)", "rescale = 1.0")

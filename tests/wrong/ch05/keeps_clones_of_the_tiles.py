@@ -1,6 +1,2 @@
-# expect: keeps_tiles from check_online_softmax(wrong)
-seen = []
-
-
-def wrong(tiles):  # "in case I need them again"
-    return online_softmax(seen.append((s.clone(), v.clone())) or seen[-1] for s, v in tiles)
+# expect: keeps_tiles from check_online_softmax(online_softmax)
+patch("in tiles:", "in [(s.clone(), v.clone()) for s, v in tiles]:")  # "in case I need them"

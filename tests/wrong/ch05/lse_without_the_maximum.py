@@ -1,4 +1,2 @@
-# expect: wrong_result from check_online_softmax(wrong)
-def wrong(tiles):
-    out, lse = online_softmax(tiles)
-    return out, lse - lse.floor() + 0.5
+# expect: wrong_result from check_online_softmax(online_softmax)
+patch("return acc / total, m + torch.log(total)", "return acc / total, torch.log(total)")

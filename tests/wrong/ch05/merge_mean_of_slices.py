@@ -1,3 +1,2 @@
-# expect: wrong_result from check_lse_merge(wrong)
-def wrong(outs, lses):
-    return outs.mean(dim=-2)  # the lses ignored (a plain sum is the same mistake)
+# expect: wrong_result from check_lse_merge(lse_merge)
+patch("return (weights[..., None] * outs).sum(dim=-2)", "return outs.mean(dim=-2)")  # lses ignored

@@ -1,9 +1,7 @@
-# expect: wrong_state from check_admission(Wrong)
-from paged_kv.cache.sequence import TokenSequence
+# expect: wrong_state from check_admission(AdmittingScheduler)
+from paged_kv.cache.sequence import TokenSequence  # noqa: F401 (the patched cell uses it)
 
-
-class Wrong(AdmittingScheduler):
-    def admit_waiting(self, plan):
-        for request in self.waiting:  # the manager gets a copy: the request never sees its hits
-            request.admission_sequence = lambda r=request: TokenSequence(list(r.sequence.token_ids))
-        super().admit_waiting(plan)
+patch(
+    "tokens = request.admission_sequence()",  # a copy: the request never sees its hits
+    "tokens = TokenSequence(request.admission_sequence().token_ids)",
+)

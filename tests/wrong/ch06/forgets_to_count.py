@@ -1,5 +1,2 @@
-# expect: wrong_state from check_preemption(Wrong)
-class Wrong(RecomputingScheduler):
-    def preempt(self, request, plan, reason):
-        super().preempt(request, plan, reason)
-        request.num_preemptions -= 1
+# expect: wrong_state from check_preemption(RecomputingScheduler)
+patch("request.num_preemptions += 1", "pass")

@@ -1,10 +1,8 @@
-# expect: wrong_state from check_admission(Wrong)
-class Wrong(AdmittingScheduler):
-    def admit_waiting(self, plan):
-        skipped = []
-        while self.waiting:
-            super().admit_waiting(plan)
-            if not self.waiting or len(self.running) >= self.max_running:
-                break
-            skipped.append(self.waiting.popleft())  # the one that did not fit: try the next
-        self.waiting.extendleft(reversed(skipped))
+# expect: wrong_state from check_admission(AdmittingScheduler)
+fits = "len(r.sequence) - self.manager.num_prefix_hit_tokens(r.sequence) <= plan.budget_left"
+patch(
+    "request = self.waiting[0]",
+    f"request = next((r for r in self.waiting if {fits}), "
+    "self.waiting[0])  # the first that fits overtakes",
+)
+patch("self.waiting.popleft()", "self.waiting.remove(request)")

@@ -1,5 +1,2 @@
-# expect: wrong_state from check_admission(Wrong)
-class Wrong(AdmittingScheduler):
-    def admit_waiting(self, plan):
-        super().admit_waiting(plan)
-        plan.chunks = [ScheduledChunk(c.request, c.start, c.num_tokens, False) for c in plan.chunks]
+# expect: wrong_state from check_admission(AdmittingScheduler)
+patch("len(tokens) - hits, True)", "len(tokens) - hits, False)")

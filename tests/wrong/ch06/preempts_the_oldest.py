@@ -1,4 +1,5 @@
-# expect: wrong_state from check_preemption(Wrong)
-class Wrong(RecomputingScheduler):
-    def preempt(self, request, plan, reason):
-        super().preempt(self.running[0], plan, reason)
+# expect: wrong_state from check_preemption(RecomputingScheduler)
+patch(
+    "        self.manager.free_sequence(",
+    "        request = self.running[0]\n        self.manager.free_sequence(",
+)

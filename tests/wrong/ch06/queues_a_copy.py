@@ -1,10 +1,5 @@
-# expect: wrong_state from check_preemption(Wrong)
-from paged_kv.serving.scheduler import Request
-
-
-class Wrong(RecomputingScheduler):
-    def preempt(self, request, plan, reason):
-        super().preempt(request, plan, reason)
-        copy = Request(request.request_id, request.prompt, request.params)
-        copy.num_preemptions = request.num_preemptions
-        self.waiting[0] = copy
+# expect: wrong_state from check_preemption(RecomputingScheduler)
+patch(
+    "self.waiting.appendleft(request)",
+    "self.waiting.appendleft(type(request)(request.request_id, request.prompt, request.params))",
+)

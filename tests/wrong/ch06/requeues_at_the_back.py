@@ -1,6 +1,2 @@
-# expect: wrong_order from check_preemption(Wrong)
-class Wrong(RecomputingScheduler):
-    def preempt(self, request, plan, reason):
-        super().preempt(request, plan, reason)
-        self.waiting.remove(request)
-        self.waiting.append(request)
+# expect: wrong_order from check_preemption(RecomputingScheduler)
+patch("self.waiting.appendleft(request)", "self.waiting.append(request)")

@@ -1,6 +1,2 @@
-# expect: wrong_state from check_serves_like_dense(Wrong)
-class Wrong(AdmittingScheduler, RecomputingScheduler):
-    def admit_waiting(self, plan):
-        super().admit_waiting(plan)
-        plan.chunks = [ScheduledChunk(c.request, 0, c.num_tokens, True) if c.admitted else c
-                       for c in plan.chunks]  # fmt: skip
+# expect: wrong_state from check_serves_like_dense(AdmittingScheduler)
+patch("ScheduledChunk(request, hits,", "ScheduledChunk(request, 0,")

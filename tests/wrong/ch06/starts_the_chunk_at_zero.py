@@ -1,6 +1,5 @@
-# expect: wrong_state from check_admission(Wrong)
-class Wrong(AdmittingScheduler):
-    def admit_waiting(self, plan):
-        super().admit_waiting(plan)
-        plan.chunks = [ScheduledChunk(c.request, 0, c.start + c.num_tokens, True) if c.admitted
-                       else c for c in plan.chunks]  # fmt: skip
+# expect: wrong_state from check_admission(AdmittingScheduler)
+patch(
+    "ScheduledChunk(request, hits, len(tokens) - hits, True)",
+    "ScheduledChunk(request, 0, len(tokens), True)",
+)  # the hits computed again

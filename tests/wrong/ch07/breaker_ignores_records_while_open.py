@@ -1,9 +1,4 @@
-# expect: wrong_state from check_circuit_breaker(Wrong)
-class Wrong(MyBreaker):
-    def record_failure(self):
-        if self.state != "open":  # a call that ends while open is forgotten
-            super().record_failure()
-
-    def record_success(self):
-        if self.state != "open":
-            super().record_success()
+# expect: wrong_state from check_circuit_breaker(MyBreaker)
+# a call allowed before the breaker opened, ending while it is open, is forgotten
+patch('succeeded."""', 'succeeded."""\n        if self.state == "open":\n            return')
+patch('failed."""', 'failed."""\n        if self.state == "open":\n            return')

@@ -1,3 +1,2 @@
-# expect: missing_refusal from check_blob_codec(encode, wrong)
-def wrong(blob, *, fingerprint, block_hash):
-    return decode(blob, fingerprint=None, block_hash=block_hash)
+# expect: missing_refusal from check_blob_codec(encode, decode)
+patch("fingerprint is not None and stored_fp != fingerprint", "False")

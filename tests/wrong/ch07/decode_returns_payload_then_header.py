@@ -1,4 +1,3 @@
-# expect: wrong_result from check_blob_codec(encode, wrong)
-def wrong(blob, *, fingerprint, block_hash):
-    header, payload = decode(blob, fingerprint=fingerprint, block_hash=block_hash)
-    return payload, header
+# expect: wrong_result from check_blob_codec(encode, decode)
+patch("    return BlobHeader(", "    header = BlobHeader(")
+patch("payload_crc), payload", "payload_crc)\n    return payload, header")

@@ -1,3 +1,5 @@
-# expect: not_done from check_blob_codec(wrong, decode)
-def wrong(payload, *, dtype, shape, fingerprint, block_hash):
-    raise NotImplementedError("encode: replace this line with your code")
+# expect: not_done from check_blob_codec(encode, decode)
+patch(
+    "    code, _ = DTYPES[dtype]",
+    '    raise NotImplementedError("encode: replace this line with your code")',
+)

@@ -1,3 +1,2 @@
-# expect: wrong_result from check_longest_run(wrong)
-def wrong(keys, tiers):
-    return [t for t in tiers[:1] if keys and t.count_leading(keys[0])]
+# expect: wrong_result from check_longest_run(my_longest_run)
+patch("tier.count_leading(rest)", "tier.count_leading(rest[0])")  # a key, not a list of keys

@@ -1,3 +1,2 @@
-# expect: wrong_result from check_longest_run(wrong)
-def wrong(keys, tiers):
-    return [tiers[0]] * tiers[0].count_leading(keys) if tiers else []
+# expect: wrong_result from check_longest_run(my_longest_run)
+patch("for tier in tiers:", "for tier in tiers[:1]:")

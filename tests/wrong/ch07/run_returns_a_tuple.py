@@ -1,3 +1,2 @@
-# expect: wrong_result from check_longest_run(wrong)
-def wrong(keys, tiers):
-    return tuple(my_longest_run(keys, tiers))
+# expect: wrong_result from check_longest_run(my_longest_run)
+patch("return sources", "return tuple(sources)")

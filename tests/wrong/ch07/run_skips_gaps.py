@@ -1,4 +1,6 @@
-# expect: wrong_result from check_longest_run(wrong)
-def wrong(keys, tiers):
-    return [next(t for t in tiers if t.count_leading([k])) for k in keys
-            if any(t.count_leading([k]) for t in tiers)]  # fmt: skip
+# expect: wrong_result from check_longest_run(my_longest_run)
+patch(
+    "        else:\n            break",
+    """        else:  # no tier has it: go on without it
+            keys = keys[: len(sources)] + keys[len(sources) + 1 :]""",
+)

@@ -1,12 +1,2 @@
-# expect: endless_loop from check_longest_run(wrong)
-def wrong(keys, tiers):
-    sources = []
-    while len(sources) < len(keys):
-        for tier in tiers:
-            n = tier.count_leading(keys[len(sources) :])
-            if n:
-                sources += [tier] * (n - 1)
-                break
-        else:
-            break
-    return sources
+# expect: endless_loop from check_longest_run(my_longest_run)
+patch("sources += [tier] * n", "sources += [tier] * (n - 1)")

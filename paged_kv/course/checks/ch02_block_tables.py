@@ -1,0 +1,319 @@
+"""Chapter 02 checks: a manager keeps one block table per sequence over a pool, grows it only
+when the last block is full, frees it tail first, and every call is all or nothing.
+
+The manager under test is `manager_cls(pool)` with `add_sequence(seq_id, token_ids)`,
+`append_tokens(seq_id, token_ids)`, `free_sequence(seq_id)`, `block_table(seq_id)`,
+`num_tokens(seq_id)` and `slot_mapping(seq_id, start=0, end=None)`. It and the library's
+`KVCacheManager` (prefix caching off) take the same random calls, each on a `BlockPool` of the
+same size (both hand out blocks in the same order), and must agree after every call. The
+library's own block-table functions are checked by `check_blocks_needed`,
+`check_slot_mapping` and `check_grow_block_table` (its tests call them).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from functools import partial
+from types import FrameType
+from typing import Any
+
+from paged_kv.cache import block_table as library
+from paged_kv.cache.block_pool import BlockPool
+from paged_kv.cache.manager import KVCacheManager
+from paged_kv.course.checks import causes
+from paged_kv.course.checks.failures import exercise, expect, passed, stage
+from paged_kv.course.checks.harness import Trial, fail_with, fixed, search
+from paged_kv.errors import OutOfBlocks
+from paged_kv.study.operations import Add, Append, Free, decode_workload
+
+# -- the library's block-table functions ------------------------------------------------------
+
+
+def _agrees(
+    name: str, fn: Callable[..., Any], cases: list[tuple[Any, ...]], hint: str = ""
+) -> None:
+    """`fn(*case)` gives what the library's function `name` gives, on every case."""
+    for case in cases:
+        want, got = getattr(library, name)(*case), fn(*case)
+        got = list(got) if name == "slot_mapping" else got
+        said = f"{name}({', '.join(map(repr, case))}) should be {want}, got {got}.{hint}"
+        expect(got == want, said, causes.WRONG_RESULT)
+
+
+def check_blocks_needed(fn: Callable[[int, int], int]) -> None:
+    """`fn(num_tokens, block_size)` is the number of blocks that hold `num_tokens` tokens."""
+    rng = random.Random(0)
+    drawn = [(rng.randint(0, 10_000), rng.randint(1, 64)) for _ in range(1000)]
+    _agrees("blocks_needed", fn, [(0, 16), (1, 16), (16, 16), (17, 16), (33, 1), *drawn])
+    passed("blocks_needed")
+
+
+def check_slot_mapping(fn: Callable[[Sequence[int], int, int, int], list[int]]) -> None:
+    """`fn(block_table, block_size, start, end)` gives the slots of tokens start..end-1."""
+    hint = " With table [7, 2] in blocks of 4, block 7 holds tokens 0-3 and block 2 tokens 4-5."
+    _agrees("slot_mapping", fn, [([7, 2], 4, 0, 6)], hint)
+    rng, drawn = random.Random(0), []
+    for _ in range(500):
+        size, table = rng.randint(1, 16), rng.sample(range(64), rng.randint(1, 8))
+        start = rng.randint(0, len(table) * size)
+        drawn.append((table, size, start, rng.randint(start, len(table) * size)))
+    _agrees("slot_mapping", fn, drawn)
+    passed("slot_mapping")
+
+
+def check_grow_block_table(fn: Callable[[BlockPool, list[int], int, int], list[int]]) -> None:
+    """`fn(pool, table, num_tokens, num_new)` adds the blocks the library's `grow_block_table`
+    adds (only those needed), all or nothing, each on its own `BlockPool`."""
+
+    def draw(rng: random.Random) -> list[Any]:
+        size = rng.randint(1, 8)
+        return [(size, rng.randint(1, 12))] + [rng.randint(0, 2 * size) for _ in range(20)]
+
+    def play(ops: list[Any], trial: Trial) -> None:
+        (size, blocks), table, want, tokens = ops[0], [], [], 0
+        pool, ref = BlockPool(blocks, size), BlockPool(blocks, size)
+        trial.note(f"pool, table = BlockPool({blocks}, {size}), []")
+        for extra in ops[1:]:
+            _, grown = trial.same(
+                f"grow_block_table(pool, table, {tokens}, {extra})",
+                partial(fn, pool, table, tokens, extra),
+                partial(library.grow_block_table, ref, want, tokens, extra),
+            )
+            trial.expect("table", table, want, "allocate first, then extend")
+            trial.expect("pool.num_free", pool.num_free, ref.num_free)
+            tokens += 0 if isinstance(grown, OutOfBlocks) else extra
+
+    search(play, draw, trials=100, seed=0, what="check_grow_block_table")
+    passed("grow_block_table")
+
+
+# -- the learner's manager against the library's -----------------------------------------------
+
+
+class _RecordingPool(BlockPool):
+    """A `BlockPool` that remembers the blocks released, in order (for the tail-first rule)."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(num_blocks, block_size)
+        self.released: list[int] = []
+
+    def release(self, block_ids: Any) -> list[int]:
+        ids = list(block_ids)
+        freed = super().release(ids)
+        self.released += ids
+        return freed
+
+
+def _name(cls: Any) -> str:
+    return getattr(getattr(cls, "func", cls), "__name__", "Manager")
+
+
+_CALLS = {  # an intent's kind: the method both managers get, why it may refuse, what to do
+    "add": ("add_sequence", "a live id, an empty prompt, or too few free blocks",
+            "a prompt of n tokens takes ceil(n / block_size) blocks"),
+    "append": ("append_tokens", "the id is not live, or the pool is short: an unknown id is "
+               "refused even with nothing to append", "a new block only when the last is full"),
+    "free": ("free_sequence", "the id is not live", ""),
+    "slots": ("slot_mapping", "the id is not live, or not 0 <= start <= end <= its length",
+              "token t lives at table[t // block_size] * block_size + t % block_size; only "
+              "end=None means the sequence's length (end=0 is an empty range)"),
+}  # fmt: skip
+
+
+def _play(manager_cls: Callable[[Any], Any]) -> Callable[[list[Any], Trial], None]:
+    def play(ops: list[Any], trial: Trial) -> None:
+        num_blocks, size = ops[0]
+        pool = _RecordingPool(num_blocks, size)
+        trial.note(f"pool = BlockPool({num_blocks}, {size})")
+        mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
+        ref = KVCacheManager(num_blocks, size, prefix_caching=False)
+        tried: dict[Any, None] = {"zz": None}  # each id added (live, freed or refused), one never
+        for number, (kind, k, pick) in enumerate(ops[1:]):
+            seq, args = _intent(ref, tried, f"s{number}", kind, k, pick)
+            tried[seq] = None
+            _step(trial, mine, ref, pool, kind, seq, args)
+            _compare(trial, mine, ref, pool)
+
+    return play
+
+
+def _intent(
+    ref: KVCacheManager, tried: dict[Any, None], new: str, kind: str, k: int, pick: float
+) -> tuple[Any, tuple[Any, ...]]:
+    """The id of a call and the arguments after it: a prompt (for a new id, a live one, or
+    empty), tokens to append, or a range of the sequence (the usual ones and the edges)."""
+    live: list[Any] = list(ref.sequence_ids)
+    if kind == "add":
+        duplicate = bool(pick <= 0.1 and live)
+        empty = pick >= 0.95 or (duplicate and k == 0)  # a live id: still a duplicate
+        return live[0] if duplicate else new, ([] if empty else list(range(max(k, duplicate))),)
+    gone = [s for s in tried if s not in live]
+    seq = live[int(pick * len(live))] if live and pick > 0.1 else gone[int(pick * 97) % len(gone)]
+    if kind != "slots":
+        return seq, (list(range(100, 100 + k % 7)),) if kind == "append" else ()
+    n = ref.num_tokens(seq) if seq in live else 0
+    start, end = sorted((k % (n + 2), int(pick * 997) % (n + 2)))
+    spans = [(0, None), (start, None), (start, end), (0, 0), (-1, n), (end, start)]
+    return seq, spans[(k + int(pick * 10)) % len(spans)]
+
+
+def _step(
+    trial: Trial, mine: Any, ref: KVCacheManager, pool: _RecordingPool, kind: str, seq: Any,
+    args: tuple[Any, ...],
+) -> None:  # fmt: skip
+    """One call on both managers, then what it must not do: return its own table (add),
+    release the head first (free), call the library's slot_mapping (slots)."""
+    method, why, hint = _CALLS[kind]
+    table = ref.block_table(seq) if seq in ref.sequence_ids else []
+    handed = [trial.hand(a) if isinstance(a, list) else a for a in args]
+    line = f"manager.{method}({', '.join(map(repr, (seq, *args)))})"
+    pool.released.clear()
+    own = kind == "slots"  # exercise 3: its own arithmetic, not the library's slot_mapping
+    with _answer_calls_of_library_slot_mapping() if own else nullcontext([]) as called:
+        got, _ = trial.same(
+            line,
+            lambda: getattr(mine, method)(seq, *handed),
+            lambda: getattr(ref, method)(seq, *args),
+            why=why,
+            hint=hint,
+        )
+    if kind == "add" and isinstance(got, list):
+        trial.returns_a_copy(
+            line, got, f"manager.block_table({seq!r})", lambda: mine.block_table(seq)
+        )
+    if kind == "free" and pool.released != table[::-1]:
+        trial.fail(
+            causes.WRONG_ORDER if sorted(pool.released) == sorted(table) else causes.WRONG_RESULT,
+            "release the table last block first (one call, or one per block from the tail): "
+            "the tail is then the first block reused",
+            subject=f"manager.{method}",
+            line=f"{line}  # the blocks it released",
+            want=table[::-1],
+            got=pool.released,
+        )
+    if called:
+        name = "paged_kv.cache.block_table.slot_mapping"
+        said = f"`{line}` called the library's `{name}`: exercise 3 is to write it yourself"
+        fail_with(causes.CALLS_LIBRARY, f"manager.{method}", said)
+
+
+_LIBRARY_SLOTS = library.slot_mapping.__code__
+
+
+@contextmanager
+def _answer_calls_of_library_slot_mapping() -> Iterator[list[bool]]:
+    """The calls of the library's `slot_mapping` from code outside the library (the library's
+    own manager calls it) while the block runs."""
+    calls: list[bool] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        caller = frame.f_back
+        by_library = caller is None or caller.f_globals.get("__name__", "").startswith("paged_kv.")
+        if event == "call" and frame.f_code is _LIBRARY_SLOTS and not by_library:
+            calls.append(True)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(previous)
+
+
+def _compare(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> None:
+    for seq in ref.sequence_ids:
+        table = f"manager.block_table({seq!r})"
+        got = trial.read(table, partial(mine.block_table, seq))
+        trial.expect(table, got, ref.block_table(seq))
+        trial.returns_a_copy(table, got, table, partial(mine.block_table, seq))
+        count = f"manager.num_tokens({seq!r})"
+        trial.expect(count, trial.read(count, partial(mine.num_tokens, seq)), ref.num_tokens(seq))
+    trial.expect("pool.num_free", pool.num_free, ref.pool.num_free, "every refusal takes nothing")
+
+
+def _search(
+    manager_cls: Callable[[Any], Any], kinds: tuple[str, ...], trials: int, what: str, seed: int
+) -> None:
+    """Random trials: a pool (blocks, block size), then intents (kind, a number, a fraction)."""
+
+    def draw(rng: random.Random) -> list[Any]:
+        ops: list[Any] = [(rng.randint(1, 16), rng.randint(1, 5))]
+        return ops + [(rng.choice(kinds), rng.randint(0, 14), rng.random()) for _ in range(40)]
+
+    with stage("random trials on pools of up to 16 blocks"):
+        search(_play(manager_cls), draw, trials=trials, seed=seed, what=what)
+
+
+@exercise(1, "add_sequence and free_sequence")
+def check_add_and_free(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
+    """A new sequence gets exactly the blocks its prompt needs, or nothing; freeing it gives
+    them back, last block first."""
+    _search(manager_cls, ("add", "add", "free"), 60, "check_add_and_free", seed)
+    passed("tables sized, refusals change nothing, tails freed first")
+
+
+@exercise(2, "append_tokens")
+def check_append(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
+    """Appending allocates a block only when the last one is full, all or nothing (no frees:
+    exercise 1's, checked there)."""
+    _search(manager_cls, ("add", "append", "append", "append"), 80, "check_append", seed)
+    passed("a block only when the last is full, all or nothing")
+
+
+@exercise(3, "slot_mapping")
+def check_manager_slots(manager_cls: Callable[[Any], Any], *, seed: int = 0) -> None:
+    """`slot_mapping(seq_id, start=0, end=None)` gives the slot of each token start..end-1
+    through the sequence's own table; `end` defaults to its length; bad ranges are refused."""
+    kinds = ("add", "append", "slots", "slots", "slots")
+    _search(manager_cls, kinds, 60, "check_manager_slots", seed)
+    passed("slots through the table, bad ranges refused")
+
+
+@exercise(None, "your parts so far")
+def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[..., Any]) -> None:
+    """Your manager on your chapter-01 pool serves a decode workload: after every operation no
+    two live sequences share a slot, every token has one, and the pool counts what the
+    library's KVCacheManager counts."""
+    prompts = [("a", 6), ("b", 3), ("c", 9), ("d", 13)]
+    ops = decode_workload(prompts, decode_steps=14, finish_after={"b": 3, "c": 8})
+    pool_name = getattr(pool_cls, "__name__", "Pool")
+    methods = {Add: "add_sequence", Append: "append_tokens", Free: "free_sequence"}
+
+    def scenario(trial: Trial) -> None:
+        pool = trial.run(f"pool = {pool_name}(16, 4)", pool_cls, 16, 4)
+        mine = trial.run(f"manager = {_name(manager_cls)}(pool)", manager_cls, pool)
+        ref = KVCacheManager(16, 4, prefix_caching=False)
+        for op in ops:
+            # (seq_id,) or (seq_id, token_ids), the tokens as the list a caller passes
+            args = [list(a) if isinstance(a, tuple) else a for a in vars(op).values()]
+            method = methods[type(op)]
+            trial.run(
+                f"manager.{method}({', '.join(map(repr, args))})", getattr(mine, method), *args
+            )
+            op.apply(ref)
+            owner: dict[int, Any] = {}
+            for seq in ref.sequence_ids:
+                line = f"manager.slot_mapping({seq!r})"
+                slots = trial.read(line, lambda s=seq: list(mine.slot_mapping(s)))
+                trial.expect(f"len({line})", len(slots), ref.num_tokens(seq), "one slot per token")
+                for slot in slots:
+                    if slot in owner:
+                        trial.fail(
+                            causes.WRONG_RESULT,
+                            "no two tokens may share a slot, or their K/V overwrite each other "
+                            "(a block handed out twice, or slots computed past the table?)",
+                            line=line,
+                            want=f"slots no other token holds ({slot} is {owner[slot]!r}'s)",
+                            got=slots,
+                        )
+                    owner[slot] = seq
+            free = trial.read("pool.num_free", lambda: pool.num_free)
+            trial.expect("pool.num_free", free, ref.pool.num_free)
+
+    fixed(scenario)
+    if pool_cls is BlockPool:
+        pool_name = "the library's BlockPool (no pool of yours saved with parts.save in chapter 01)"
+    passed(f"your manager on {pool_name}: {len(ops)} operations, no slot shared")

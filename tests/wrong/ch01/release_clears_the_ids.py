@@ -1,6 +1,0 @@
-# expect: mutates_argument from check_release(Wrong)
-class Wrong(FreeListPool):
-    def release(self, block_ids):
-        freed = super().release(block_ids)
-        block_ids.clear()
-        return freed
