@@ -370,12 +370,26 @@ TESTS: dict[str, tuple[str, ...]] = {
 }
 
 # A pytest -k expression per module, to leave out the costly cases that do not concern it:
-# the scheduler does not care which eviction policy the engine's cache uses.
+# the scheduler and the cache's modules other than the policies do not care which eviction
+# policy the engine's cache uses (test_engine.py's memory-pressure runs, one per policy and
+# seed, were a third of the whole list's time; LRU's stay).
 # For the tiers, the slowest local tests (SIGKILL loops, a second process, the scraper) only
 # where they are the ones that exercise the module.
+_ONE_POLICY = "not memory_pressure or lru"
 _SLOW_LOCAL = "acceptance_2 or acceptance_3 or acceptance_9"
 KEYWORDS: dict[str, str] = {
-    "paged_kv/serving/scheduler.py": "not memory_pressure or lru",
+    **dict.fromkeys(
+        (
+            "paged_kv/serving/scheduler.py",
+            "paged_kv/cache/manager.py",
+            "paged_kv/cache/caching_pool.py",
+            "paged_kv/cache/live_sequences.py",
+            "paged_kv/cache/prefix_index.py",
+            "paged_kv/cache/hashing.py",
+            "paged_kv/cache/sequence.py",
+        ),
+        _ONE_POLICY,
+    ),
     "paged_kv/tiers/base.py": f"not ({_SLOW_LOCAL})",
     "paged_kv/tiers/connector.py": "not (acceptance_2 or acceptance_9)",
     # -k also matches the module's name: every test of test_tiers_disk.py is "disk".
