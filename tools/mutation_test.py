@@ -554,10 +554,8 @@ def _sites(tree: ast.Module, source: str) -> Iterator[tuple[int, ast.AST, str, s
             yield index, node, "remove", ""
 
 
-def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> tuple[ast.AST, str]:
-    """Apply one mutation in place; return the node now standing there and its new text."""
-    nodes = list(ast.walk(tree))
-    node = nodes[index]
+def _change(node: ast.AST, kind: str, arg: str) -> None:
+    """Apply one mutation of an expression or branch to `node` itself (not "remove")."""
     if kind == "compare":
         i = int(arg)
         node.ops[i] = _COMPARE_SWAP[type(node.ops[i])]()
@@ -571,19 +569,36 @@ def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> tuple[ast.AST,
         node.test = ast.UnaryOp(op=ast.Not(), operand=node.test)
     elif kind == "return":
         node.value = ast.Constant(value=None)
-    elif kind == "remove":
-        for parent in nodes:
-            for _field, value in ast.iter_fields(parent):
-                if isinstance(value, list) and any(v is node for v in value):
-                    position = next(i for i, v in enumerate(value) if v is node)
-                    value[position] = ast.copy_location(ast.Pass(), node)
-                    return value[position], "pass"
-        raise AssertionError(f"no parent for statement {index}")
     else:
         raise ValueError(kind)
-    ast.fix_missing_locations(tree)
-    shown = node.test if kind == "negate" else node
-    return node, " ".join(ast.unparse(shown).split())[:120]
+
+
+def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> None:
+    """Apply one mutation in place."""
+    nodes = list(ast.walk(tree))
+    node = nodes[index]
+    if kind != "remove":
+        _change(node, kind, arg)
+        ast.fix_missing_locations(tree)
+        return
+    for parent in nodes:
+        for _field, value in ast.iter_fields(parent):
+            if isinstance(value, list) and any(v is node for v in value):
+                position = next(i for i, v in enumerate(value) if v is node)
+                value[position] = ast.copy_location(ast.Pass(), node)
+                return
+    raise AssertionError(f"no parent for statement {index}")
+
+
+def _mutation_text(node: ast.AST, kind: str, arg: str) -> str:
+    """What the mutated site reads, from a copy of that node alone (copying the whole module
+    for each of its mutants made listing them quadratic: minutes over the targets)."""
+    if kind in ("remove", "return"):
+        return {"remove": "pass", "return": "return None"}[kind]
+    changed = copy.deepcopy(node)
+    _change(changed, kind, arg)
+    shown = changed.test if kind == "negate" else changed
+    return " ".join(ast.unparse(shown).split())[:120]
 
 
 def _scopes(tree: ast.Module) -> dict[int, str]:
@@ -610,9 +625,7 @@ def enumerate_mutants(module: str, source: str) -> list[Mutant]:
         shown = node.test if kind == "negate" else node
         line = lines[node.lineno - 1].strip()
         original = line if kind == "remove" else _segment(source, shown)
-        _, mutation = _mutate(copy.deepcopy(tree), index, kind, arg)
-        if kind == "return":
-            mutation = "return None"
+        mutation = _mutation_text(node, kind, arg)
         mutants.append(
             Mutant(
                 module,
