@@ -10,6 +10,7 @@ import struct
 
 import pytest
 import torch
+from test_caching_pool import StackPool  # chapter 01's design: a stack of free ids
 
 from paged_kv import InvalidArgument, KVCacheManager, OutOfBlocks
 from paged_kv.attention import reference_decode
@@ -19,43 +20,6 @@ from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.course.learner_manager import LearnerManager, learner_manager
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import ModelConfig, TinyLM, greedy_dense
-
-
-class PlainPool:
-    """Chapter 01's pool: a stack of free ids and reference counts, no caching."""
-
-    def __init__(self, num_blocks, block_size=16):
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self.ref = [0] * num_blocks
-        self.free_ids = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free(self):
-        return len(self.free_ids)
-
-    def ref_count(self, b):
-        return self.ref[b]
-
-    def allocate(self, n=1):
-        if n > len(self.free_ids):
-            raise OutOfBlocks("short", requested=n, available=len(self.free_ids))
-        ids = [self.free_ids.pop() for _ in range(n)]
-        for b in ids:
-            self.ref[b] = 1
-        return ids
-
-    def share(self, ids):
-        for b in ids:
-            self.ref[b] += 1
-
-    def release(self, ids):
-        freed = []
-        for b in ids:
-            self.ref[b] -= 1
-            if not self.ref[b]:
-                self.free_ids.append(b)
-                freed.append(b)
-        return freed
 
 
 def my_hashes(token_ids, block_size, salt=None):
@@ -87,7 +51,7 @@ def my_allocate_table(pool, hits, num_blocks):
 
 
 ALL_HOOKS = dict(
-    pool=PlainPool,
+    pool=StackPool,
     block_hasher=my_hashes,
     prefix_lookup=my_lookup,
     allocate_table=my_allocate_table,
@@ -107,7 +71,7 @@ def _prefix_trace(seed):
     ]
 
 
-@pytest.mark.parametrize("hooks", [ALL_HOOKS, {"pool": PlainPool}, {"block_hasher": my_hashes}])
+@pytest.mark.parametrize("hooks", [ALL_HOOKS, {"pool": StackPool}, {"block_hasher": my_hashes}])
 @pytest.mark.parametrize("seed", range(5))
 def test_a_manager_on_the_learners_parts_hits_like_the_library(hooks, seed):
     ours = KVCacheManager(24, 4, eviction="lfu")
@@ -152,18 +116,18 @@ def test_a_wrong_hook_fails_loudly_and_names_itself():
     with pytest.raises(InvalidArgument, match="allocate_table returned"):
         greedy.add_sequence("b", list(range(9)))
     with pytest.raises(InvalidArgument, match="pages"):
-        learner_manager(16, 4, pool=PlainPool, blocks_per_page=4)
+        learner_manager(16, 4, pool=StackPool, blocks_per_page=4)
     with pytest.raises(InvalidArgument, match="hash chain"):
         learner_manager(8, 4, prefix_index="radix", block_hasher=my_hashes)
 
 
 def test_without_parts_it_is_the_library_manager_and_a_pool_alone_works_on_a_radix_index():
     assert type(learner_manager(8, 4)) is KVCacheManager
-    manager = learner_manager(8, 4, pool=PlainPool, prefix_index="radix")
+    manager = learner_manager(8, 4, pool=StackPool, prefix_index="radix")
     manager.add_sequence("a", list(range(9)))
     manager.free_sequence("a")
     manager.add_sequence("b", list(range(9)))
-    assert manager.num_cached_tokens("b") == 8 and isinstance(manager.pool.base, PlainPool)
+    assert manager.num_cached_tokens("b") == 8 and isinstance(manager.pool.base, StackPool)
 
 
 def test_the_engine_serves_dense_tokens_on_the_learners_parts():

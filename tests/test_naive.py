@@ -1,12 +1,8 @@
-from collections import OrderedDict
-
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.course import checks
-from paged_kv.course.naive import ListLRU, ScanBlockPool, generate_contiguous
+from paged_kv.course.naive import ScanBlockPool, generate_contiguous
 from paged_kv.serving.model import TinyLM, greedy_dense
 
 
@@ -29,26 +25,6 @@ def test_scan_pool_refuses_the_obvious_errors():
         pool.allocate(3)
     with pytest.raises(InvalidBlock):
         pool.release([0])
-
-
-@given(st.lists(st.tuples(st.sampled_from(["touch", "evict", "remove"]), st.integers(0, 5))))
-def test_list_lru_matches_an_ordered_dict(ops):
-    lru, ref = ListLRU(), OrderedDict()
-    for op, key in ops:
-        if op == "touch":
-            lru.touch(key)
-            ref[key] = None
-            ref.move_to_end(key)
-        elif op == "remove" and key in ref:
-            lru.remove(key)
-            del ref[key]
-        elif op == "evict" and ref:
-            assert lru.evict() == ref.popitem(last=False)[0]
-        assert lru.order == list(ref) and len(lru) == len(ref)
-        assert (key in lru) == (key in ref)
-    if not ref:
-        with pytest.raises(KeyError):
-            lru.evict()
 
 
 def test_length_keyed_prefix_cache_returns_another_prompts_blocks():

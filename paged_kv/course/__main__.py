@@ -1,23 +1,21 @@
-"""`python -m paged_kv.course grade [notebooks…]`: grade your exercise notebooks."""
+"""`python -m paged_kv.course grade [notebooks…] [--timeout SECONDS]`: run your exercise
+notebooks (default: exercises/*_exercises.ipynb) and report every check."""
 
 from __future__ import annotations
 
 import sys
 
-USAGE = "usage: python -m paged_kv.course grade [notebooks…] [--timeout SECONDS]"
+from paged_kv.course.grade import main as grade
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        print("Runs the notebooks (default: exercises/*_exercises.ipynb) and reports every check.")
+    if argv[:1] == ["grade"]:
+        return grade(argv[1:])
+    if argv[:1] in ([], ["-h"], ["--help"]):
+        print(__doc__)
         return 0 if argv else 2
-    if argv[0] != "grade":
-        print(f"unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
-        return 2
-    from paged_kv.course.grade import main as grade
-
-    return grade(argv[1:])
+    print(f"unknown command {argv[0]!r}: {__doc__}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

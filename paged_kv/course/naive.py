@@ -1,16 +1,16 @@
-"""The designs a beginner writes first. The chapters measure them, then do better.
-
-They work on small inputs; each one's docstring names the cost that makes it a foil.
-"""
+"""The designs a beginner writes first, which the chapters measure and then improve on. They
+work on small inputs; each one's docstring names the cost that makes it a foil."""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Iterable, Sequence
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from paged_kv.cache.block_ids import check_block_id
 from paged_kv.cache.eviction import EvictionPolicy
 from paged_kv.errors import InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.serving.model import TinyLM
@@ -20,11 +20,9 @@ FREE, USED = False, True
 
 
 class ScanBlockPool:
-    """A block pool that finds free blocks by scanning a list of flags.
-
-    Every `allocate` walks the whole pool to collect the free ids: O(pool size) per call,
-    however few blocks it hands out. Same interface as `paged_kv.BlockPool`'s core.
-    """
+    """A block pool that finds free blocks by scanning a list of flags: every `allocate` walks
+    the whole pool, O(pool size) however few blocks it hands out. `paged_kv.BlockPool`'s core
+    interface."""
 
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
         self.num_blocks = require_positive_int("num_blocks", num_blocks)
@@ -34,6 +32,9 @@ class ScanBlockPool:
     @property
     def num_free(self) -> int:
         return self.used.count(FREE)
+
+    def ref_count(self, block_id: int) -> int:
+        return int(self.used[check_block_id(block_id, self.num_blocks)])
 
     def allocate(self, n: int = 1) -> list[int]:
         free = [i for i, used in enumerate(self.used) if used is FREE]
@@ -46,7 +47,7 @@ class ScanBlockPool:
         return free[:n]
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
-        ids = list(block_ids)
+        ids = list(block_ids)  # a block twice in one call is not caught: a flag has no count
         for i in ids:
             if not 0 <= i < self.num_blocks or self.used[i] is FREE:
                 raise InvalidBlock(f"block {i} is not in use")
@@ -55,53 +56,17 @@ class ScanBlockPool:
         return ids
 
 
-class ListLRU:
-    """Least-recently-used order kept in a Python list.
-
-    `touch` does `list.remove` and `evict` does `list.pop(0)`: both O(n) in the number of
-    tracked keys, which is what an ordered dict or linked list avoids.
-    """
-
-    def __init__(self) -> None:
-        self.order: list[Hashable] = []  # least recent first
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.order
-
-    def touch(self, key: Hashable) -> None:
-        """Mark `key` as used just now (adding it if new)."""
-        if key in self.order:
-            self.order.remove(key)
-        self.order.append(key)
-
-    def remove(self, key: Hashable) -> None:
-        """Stop tracking `key`."""
-        self.order.remove(key)
-
-    def evict(self) -> Hashable:
-        """Remove and return the least recently used key."""
-        if not self.order:
-            raise KeyError("nothing to evict: the LRU is empty")
-        return self.order.pop(0)
-
-
 class HeapLFU(EvictionPolicy):
-    """LFU with a heap of (count, tick, key) entries and lazy deletion.
-
-    Every touch pushes a new entry instead of updating the old one, which stays in the heap
-    as garbage until it surfaces at `evict`: the heap grows with every access, not with the
-    number of cached keys, and each operation costs O(log heap size).
-    """
+    """LFU with a heap of (count, tick, key) entries and lazy deletion: every touch pushes a
+    new entry and leaves the old one as garbage until it surfaces at `evict`, so the heap grows
+    with every access, not with the cached keys, and each operation costs O(log heap size)."""
 
     name = "heap-lfu"
 
     def __init__(self) -> None:
         self.heap: list[tuple[int, int, Hashable]] = []
         self.counts: dict[Hashable, int] = {}
-        self.evictable: dict[Hashable, int] = {}  # key -> tick of its live heap entry
+        self.evictable: dict[Hashable, int] = {}  # key -> the tick of its live heap entry
         self.tick = 0
 
     def __len__(self) -> int:
@@ -109,10 +74,6 @@ class HeapLFU(EvictionPolicy):
 
     def __contains__(self, key: object) -> bool:
         return key in self.evictable
-
-    def count(self, key: Hashable) -> int:
-        """The key's frequency (0 if untracked)."""
-        return self.counts.get(key, 0)
 
     def touch(self, key: Hashable) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
@@ -134,8 +95,7 @@ class HeapLFU(EvictionPolicy):
         while self.heap:
             _count, tick, key = heapq.heappop(self.heap)
             if self.evictable.get(key) == tick:  # the live entry, not garbage
-                del self.evictable[key]
-                del self.counts[key]
+                del self.evictable[key], self.counts[key]
                 return key
         raise self._nothing_to_evict()
 
@@ -146,17 +106,13 @@ class HeapLFU(EvictionPolicy):
 
 
 class LengthKeyedPrefixCache:
-    """A "prefix cache" keyed by the prompt's length, as the seed post builds it.
-
-    Two prompts of the same length map to the same key, so the second is handed the first
-    one's blocks: another prompt's KV. Wrong, not merely slow.
-    """
+    """A "prefix cache" keyed by the prompt's length, as the seed post builds it: a prompt is
+    handed the blocks of any other prompt of its length, another prompt's KV. Wrong, not slow."""
 
     def __init__(self) -> None:
         self.blocks_by_length: dict[int, list[int]] = {}
 
     def lookup(self, token_ids: list[int]) -> list[int] | None:
-        """Blocks cached for a prompt of this length, whatever its tokens."""
         return self.blocks_by_length.get(len(token_ids))
 
     def insert(self, token_ids: list[int], block_ids: list[int]) -> None:
@@ -166,11 +122,9 @@ class LengthKeyedPrefixCache:
 def generate_contiguous(
     model: TinyLM, prompt: Sequence[int], max_new_tokens: int, reserve: int | None = None
 ) -> list[int]:
-    """Greedy decoding of one request with a contiguous KV cache, as servers did before paging.
-
-    K/V of `reserve` tokens (default: prompt + new tokens) are allocated up front, whether the
-    request uses them or not, and no other request can use what it leaves empty.
-    """
+    """Greedy decoding of one request with a contiguous KV cache, as servers did before paging:
+    K/V of `reserve` tokens (default: prompt + new tokens) are allocated up front, used or not,
+    and no other request can use what it leaves empty."""
     config, n = model.config, len(prompt)
     reserve = n + max_new_tokens if reserve is None else reserve
     if reserve < n + max_new_tokens:
@@ -179,22 +133,13 @@ def generate_contiguous(
     keys = torch.zeros(shape, dtype=model.dtype, device=model.device)
     values = torch.zeros_like(keys)
 
-    def attend_for(layer: int, start: int):
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            end = start + len(q)
-            keys[layer, start:end], values[layer, start:end] = k, v
-            seen = torch.arange(end, device=q.device)[None, :]
-            mask = seen <= torch.arange(start, end, device=q.device)[:, None]
-            out = F.scaled_dot_product_attention(
-                q.transpose(0, 1)[None],
-                keys[layer, :end].transpose(0, 1)[None],
-                values[layer, :end].transpose(0, 1)[None],
-                attn_mask=mask,
-                enable_gqa=True,
-            )
-            return out[0].transpose(0, 1)
-
-        return attend
+    def attend(layer: int, start: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        end = start + len(q)
+        keys[layer, start:end], values[layer, start:end] = k, v
+        q, k, v = (x.transpose(0, 1)[None] for x in (q, keys[layer, :end], values[layer, :end]))
+        # the prompt attends causally to itself, a decoded token to every token before it
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0, enable_gqa=True)
+        return out[0].transpose(0, 1)
 
     tokens = list(prompt)
     with torch.no_grad():
@@ -202,6 +147,8 @@ def generate_contiguous(
             start = len(tokens) - 1 if len(tokens) > n else 0
             ids = torch.tensor(tokens[start:], device=model.device)
             positions = torch.arange(start, len(tokens), device=model.device)
-            hidden = model.run_layers(ids, positions, lambda layer, s=start: attend_for(layer, s))
+            hidden = model.run_layers(
+                ids, positions, lambda layer, s=start: partial(attend, layer, s)
+            )
             tokens.append(int(model.lm_head(model.norm(hidden[-1])).argmax()))
     return tokens[n:]

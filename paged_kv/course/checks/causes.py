@@ -22,7 +22,7 @@ TEMPLATES = {
     (WRONG_STATE := "wrong_state"): "after `{line}`, `{expr}` should be {want}, got {got}",
     (NOT_ALL_OR_NOTHING := "not_all_or_nothing"): "`{line}` refused, as it should, but changed "
     "things first: `{expr}` is {got}, it was {want}. Check everything before changing anything",
-    (MUTATES_ARGUMENT := "mutates_argument"): "the list given to `{line}` was {want} and is "
+    (MUTATES_ARGUMENT := "mutates_argument"): "the argument given to `{line}` was {want} and is "
     "{got} {when}: it is the caller's, read it (copy it if you keep it), never change it",
     (SHARES_RESULT := "shares_result"): "the list `{line}` returned is the object's own: the "
     "caller changed it and `{expr}` changed with it ({want} became {got}); return a copy",
@@ -33,8 +33,8 @@ TEMPLATES = {
     "entries while {while_}: it keeps something for blocks that are gone",
     (TOO_SLOW := "too_slow"): "your code was still running after {seconds:g} s, while {stage}: "
     "too slow at that size",
-    (LIBRARY_REFUSED := "library_refused"): "the library raised {error} on what your code left "
-    "behind, while {doing}",
+    (LIBRARY_REFUSED := "library_refused"): "the library raised {error} Your code returned "
+    "without an error earlier, but left things in a state the library refuses",
     (BAD_SIGNATURE := "bad_signature"): "{doing} failed before your code ran: {why}",
     # a CheckFailed raised without a cause: a defect of the check itself
     (UNNAMED := "unnamed"): "{message}",

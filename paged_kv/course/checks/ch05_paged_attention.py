@@ -1,5 +1,6 @@
 """Chapter 05 checks: the online softmax, the split-K log-sum-exp merge, paged decode, and
-writing K/V by slot mapping, each against the library's reference (`tensor_probes.judge`)."""
+writing K/V by slot mapping, each against the library's reference (`tensor_probes.judge`). A
+case is the Python that builds its inputs (the replay)."""
 
 from __future__ import annotations
 
@@ -18,43 +19,62 @@ from paged_kv.course.checks import causes, tensor_probes
 from paged_kv.course.checks.failures import exercise, expect, passed
 from paged_kv.course.checks.tensor_probes import Case, Inputs, fail, judge
 
-_HALF = "Compute in float32 (tiles may come in float16 or bfloat16); return float32 out and lse"
 _ONLINE, _MERGE = "online_softmax(iter(tiles))", "lse_merge(outs, lses)"
 _DECODE = "paged_decode(q, k_cache, v_cache, block_tables, seq_lens)"
+_HALVES = ("float16", "bfloat16")
 _CAST = "{0}, {1} = {0}.to(torch.{2}), {1}.to(torch.{2})"  # a half-precision case's last line
+_ROW = """g = torch.Generator().manual_seed({seed})
+scores = torch.randn({n}, generator=g) * 4
+values = torch.randn({n}, 3, generator=g)
+tiles = [(scores[a:b], values[a:b]) for a, b in {bounds}]"""
+_SLICES = """g = torch.Generator().manual_seed({seed})
+outs = torch.randn({outs}, generator=g)
+lses = torch.randn({shape}, generator=g) * 3"""
+_BATCH = """from paged_kv.attention.testing import random_paged_batch
+g = torch.Generator().manual_seed({seed})
+q, k_cache, v_cache, block_tables, seq_lens, _ = random_paged_batch(g, 3, {size}, 2, {group}, 8)"""
 
 
-def _tiles(seed: int, bounds: list[tuple[int, int]], *lines: str) -> str:
-    """A row of random scores (×4) and values 3 wide, cut into tiles at `bounds`; `lines`."""
-    n, row = bounds[-1][1], "tiles = [(scores[a:b], values[a:b]) for a, b in"
-    return "\n".join([f"g = torch.Generator().manual_seed({seed})",
-                      f"scores = torch.randn({n}, generator=g) * 4",
-                      f"values = torch.randn({n}, 3, generator=g)",
-                      f"{row} {bounds}]", *lines])  # fmt: skip
+def _code(template: str, *lines: str, **values: Any) -> str:
+    return "\n".join([template.format(**values), *lines])
+
+
+def _tiles(seed: int, cuts: list[int], *lines: str) -> str:
+    """A row of random scores (×4) and values 3 wide, cut into tiles at `cuts`; then `lines`."""
+    bounds = list(itertools.pairwise([0, *cuts]))
+    return _code(_ROW, *lines, seed=seed, n=cuts[-1], bounds=bounds)
 
 
 def _softmax_cases() -> list[Case]:
-    rng = random.Random(3)
-    plain = [Case("a rising maximum: every tile beats the last", _tiles(0, [(0, 2), (2, 4), (4, 6)],
-                  "scores[:] = torch.tensor([0.0, 1.0, 5.0, 9.0, 30.0, 31.0])"))]  # fmt: skip
+    rng, rising = random.Random(3), "scores[:] = torch.tensor([0.0, 1.0, 5.0, 9.0, 30.0, 31.0])"
+    cases = [Case("a rising maximum: every tile beats the last", _tiles(0, [2, 4, 6], rising))]
     for i in range(30):
         n = rng.randint(1, 40)
-        cuts = sorted({0, n, *(rng.randrange(1, n) for _ in range(rng.randint(0, 4)) if n > 1)})
-        plain.append(Case(f"random row {i}", _tiles(i, list(itertools.pairwise(cuts)))))
-    cut, long = [(0, 3), (3, 7), (7, 9)], [(i, i + 8) for i in range(0, 64, 8)]
-    return [
-        *plain,
-        Case("masked keys (-inf), the first tile all masked", _tiles(41, [(0, 2), (2, 3), (3, 5)],
-             "scores[[0, 1, 3]] = -math.inf"), "A tile of masked keys adds nothing: while the "
-             "running maximum is -inf, exp(-inf - -inf) is NaN and there is nothing to rescale"),
-        *(Case(f"scores near {off:+}", _tiles(42, cut, f"tiles = [(s + {off}, v) for s, v in "
-               "tiles]"), "Subtract the running maximum (start it at -inf, not 0) before exp",
-               causes.OVERFLOW) for off in (800, -800)),
-        *(Case(f"{d} tiles", _tiles(40, long, f"tiles = [(s.to(torch.{d}), v.to(torch.{d})) for "
-               "s, v in tiles]"), _HALF, causes.PRECISION) for d in ("float16", "bfloat16")),
-        Case("a fully masked row (every score -inf)", _tiles(43, [(0, 2), (2, 4)], "scores[:] = "
-             "-math.inf"), "A row with nothing to attend to gives out = zeros and lse = -inf"),
-    ]  # fmt: skip
+        cuts = sorted({n, *(rng.randrange(1, n) for _ in range(rng.randint(0, 4)) if n > 1)})
+        cases.append(Case(f"random row {i}", _tiles(i, cuts)))
+    masked = "scores[[0, 1, 3]] = -math.inf"
+    hint = "A tile of masked keys adds nothing: while the running maximum is -inf, "
+    hint += "exp(-inf - -inf) is NaN and there is nothing to rescale"
+    cases.append(
+        Case("masked keys (-inf), the first tile all masked", _tiles(41, [2, 3, 5], masked), hint)
+    )
+    for off in (800, -800):
+        shifted = _tiles(42, [3, 7, 9], f"tiles = [(s + {off}, v) for s, v in tiles]")
+        hint = "Subtract the running maximum (start it at -inf, not 0) before exp"
+        cases.append(Case(f"scores near {off:+}", shifted, hint, causes.OVERFLOW))
+    for d in _HALVES:
+        half = _tiles(
+            40,
+            list(range(8, 65, 8)),
+            f"tiles = [(s.to(torch.{d}), v.to(torch.{d})) for s, v in tiles]",
+        )
+        hint = (
+            "Compute in float32 (tiles may come in float16 or bfloat16); return float32 out and lse"
+        )
+        cases.append(Case(f"{d} tiles", half, hint, causes.PRECISION))
+    hint = "A row with nothing to attend to gives out = zeros and lse = -inf"
+    empty = _tiles(43, [2, 4], "scores[:] = -math.inf")
+    return [*cases, Case("a fully masked row (every score -inf)", empty, hint)]
 
 
 def _softmax_reference(inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,8 +101,9 @@ def _unrescaled(sum_too: bool, own_max: bool) -> Callable[[Inputs], torch.Tensor
     return output
 
 
-_RESCALES = [(causes.MISSING_RESCALE, _unrescaled(s, o)) for s, o in
-             [(False, False), (True, False), (True, True)]]  # fmt: skip
+_RESCALES = [
+    (causes.MISSING_RESCALE, _unrescaled(*m)) for m in [(False, False), (True, False), (True, True)]
+]
 
 
 @exercise(1, "online_softmax")
@@ -94,8 +115,8 @@ def check_online_softmax(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -
     for case in cases:
         judge(fn, case, _ONLINE, _softmax_reference, variants=_RESCALES)
     _holds_no_tile(fn)
-    passed(f"equals the softmax of the whole row on {len(cases) + 1} rows of tiles "
-           "(masked, ±800, half precision), in one pass, no tile kept")  # fmt: skip
+    rows = f"{len(cases) + 1} rows of tiles (masked, ±800, half precision)"
+    passed(f"equals the softmax of the whole row on {rows}, in one pass, no tile kept")
 
 
 def _holds_no_tile(fn: Callable[..., Any]) -> None:
@@ -110,38 +131,43 @@ def _holds_no_tile(fn: Callable[..., Any]) -> None:
                 held.append(tensor_probes.live_tensor_bytes())
             yield tile
 
-    case = Case("a row of 32 tiles of 16 keys, 64 values wide", "g = torch.Generator()."
-                "manual_seed(9)\ntiles = ((torch.randn(16, generator=g), torch.randn(16, 64, "
-                "generator=g)) for _ in range(32))")  # fmt: skip
-    judge(fn, case, _ONLINE, _softmax_reference,
-          watch=lambda x: {**x, "tiles": counted(x["tiles"])})  # fmt: skip
+    tile = "(torch.randn(16, generator=g), torch.randn(16, 64, generator=g))"
+    code = f"g = torch.Generator().manual_seed(9)\ntiles = ({tile} for _ in range(32))"
+    case = Case("a row of 32 tiles of 16 keys, 64 values wide", code)
+    judge(
+        fn, case, _ONLINE, _softmax_reference, watch=lambda x: {**x, "tiles": counted(x["tiles"])}
+    )
     if len(held) == 2 and held[1] - held[0] > 16 * 65 * 4 // 2:
         fail(causes.KEEPS_TILES, case, _ONLINE, "", grown=held[1] - held[0], early=1, late=31)
 
 
-def _merge_cases() -> list[Case]:
-    def case(what: str, seed: int, shape: tuple[int, ...], hint: str, *lines: str,
-             hard: str = "") -> Case:  # fmt: skip
-        return Case(what, "\n".join([f"g = torch.Generator().manual_seed({seed})",
-                                     f"outs = torch.randn({(*shape, 4)}, generator=g)",
-                                     f"lses = torch.randn({shape}, generator=g) * 3", *lines]),
-                    hint, hard)  # fmt: skip
+def _slices(seed: int, shape: tuple[int, ...], *lines: str) -> str:
+    return _code(_SLICES, *lines, seed=seed, shape=shape, outs=(*shape, 4))
 
-    rng, weight = random.Random(1), "Weight each slice by exp(its lse - the logsumexp of the lses)"
-    empty = "An empty slice (out 0, lse -inf) weighs 0; a row of only empty slices merges to 0"
-    return [
-        *(case(f"random row {i}", i, (rng.randint(1, 6),), weight) for i in range(20)),
-        case("leading dimensions: outs [2, 3, 5, 4], lses [2, 3, 5]", 20, (2, 3, 5),
-             "The slices are the last dimension of lses, the ones before are batch"),
-        case("empty slices (lse -inf, out 0)", 21, (6,), empty, "lses[[1, 4]] = -math.inf",
-             "outs[[1, 4]] = 0"),
-        case("a row of only empty slices, in a batch of 3", 22, (3, 4), empty,
-             "lses[1] = -math.inf", "outs[1] = 0"),
-        *(case(f"lses near {off:+}", 23, (5,), "Subtract the largest lse before exp",
-               f"lses = lses + {off}", hard=causes.OVERFLOW) for off in (800, -800)),
-        *(case(f"{dtype} inputs", 24, (2, 5), "Return outs' dtype", _CAST.format("outs", "lses",
-               dtype)) for dtype in ("float16", "bfloat16")),
-    ]  # fmt: skip
+
+def _merge_cases() -> list[Case]:
+    rng, hint = random.Random(1), "Weight each slice by exp(its lse - the logsumexp of the lses)"
+    cases = [Case(f"random row {i}", _slices(i, (rng.randint(1, 6),)), hint) for i in range(20)]
+    hint = "The slices are the last dimension of lses, the ones before are batch"
+    cases.append(
+        Case("leading dimensions: outs [2, 3, 5, 4], lses [2, 3, 5]", _slices(20, (2, 3, 5)), hint)
+    )
+    hint = "An empty slice (out 0, lse -inf) weighs 0; a row of only empty slices merges to 0"
+    for what, seed, shape, at in [
+        ("empty slices (lse -inf, out 0)", 21, (6,), "[1, 4]"),
+        ("a row of only empty slices, in a batch of 3", 22, (3, 4), "1"),
+    ]:
+        cases.append(
+            Case(what, _slices(seed, shape, f"lses[{at}] = -math.inf", f"outs[{at}] = 0"), hint)
+        )
+    hint = "Subtract the largest lse before exp"
+    for off in (800, -800):
+        near = _slices(23, (5,), f"lses = lses + {off}")
+        cases.append(Case(f"lses near {off:+}", near, hint, causes.OVERFLOW))
+    for d in _HALVES:
+        half = _slices(24, (2, 5), _CAST.format("outs", "lses", d))
+        cases.append(Case(f"{d} inputs", half, "Return outs' dtype"))
+    return cases
 
 
 def _merged(x: Inputs, dim: int | None = None) -> torch.Tensor:
@@ -158,35 +184,33 @@ def check_lse_merge(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) ->
     `paged_kv.attention.reference.merge_partials` does."""
     for case in _merge_cases():
         dims = range(tensor_probes.build(case.code)["lses"].dim() - 1)
-        judge(fn, case, _MERGE, _merged, variants=[(causes.WRONG_DIM, partial(_merged, dim=d))
-                                                   for d in dims])  # fmt: skip
+        wrong_dims = [(causes.WRONG_DIM, partial(_merged, dim=d)) for d in dims]
+        judge(fn, case, _MERGE, _merged, variants=wrong_dims)
     passed("merges split-K slices: leading dimensions, empty slices, ±800, half precision")
 
 
-def _decode_cases() -> list[Case]:
-    def batch(seed: int, block_size: int, group: int, *lines: str) -> str:
-        return "\n".join(["from paged_kv.attention.testing import random_paged_batch",
-                          f"g = torch.Generator().manual_seed({seed})",
-                          "q, k_cache, v_cache, block_tables, seq_lens, _ = random_paged_batch("
-                          f"g, 3, {block_size}, 2, {group}, 8)", *lines])  # fmt: skip
+def _batch(seed: int, *lines: str, size: int = 4, group: int = 2) -> str:
+    return _code(_BATCH, *lines, seed=seed, size=size, group=group)
 
+
+def _decode_cases() -> list[Case]:
     cut = "read only the blocks in a sequence's table, and only its first seq_len tokens"
-    hint = (
-        "Token t of a sequence sits at (table[t // block_size], t % block_size); scale "
-        f"the scores by 1/sqrt(head_dim). Unused slots of the cache hold NaN here: {cut}"
-    )
-    return [
-        *(Case(f"block_size {bs}, GQA group {g}", batch(s, bs, g), hint)
-          for s, (bs, g) in enumerate([(4, 1), (1, 2), (16, 4), (8, 2)])),
-        Case("a sequence of length 0", batch(5, 4, 2, "seq_lens[1] = 0"),
-             "A sequence with no tokens attends to nothing: its output is 0"),
-        *(Case(f"{dtype} q and caches", batch(6, 4, 2, f"q = q.to(torch.{dtype})", _CAST.format(
-               "k_cache", "v_cache", dtype)), "Return q's dtype (compute in float32 inside)")
-          for dtype in ("float16", "bfloat16")),
-        Case("unused slots holding 2.0 (not NaN)", batch(7, 4, 2, "k_cache, v_cache = "
-             "k_cache.nan_to_num(2.0), v_cache.nan_to_num(2.0)"), "Here a read past seq_len "
-             f"changes the result, whatever nan_to_num hid where the slots hold NaN: {cut}"),
-    ]  # fmt: skip
+    hint = "Token t of a sequence sits at (table[t // block_size], t % block_size); scale the "
+    hint += f"scores by 1/sqrt(head_dim). Unused slots of the cache hold NaN here: {cut}"
+    sizes = enumerate([(4, 1), (1, 2), (16, 4), (8, 2)])
+    what = "block_size {}, GQA group {}"
+    cases = [Case(what.format(*s), _batch(i, size=s[0], group=s[1]), hint) for i, s in sizes]
+    hint = "A sequence with no tokens attends to nothing: its output is 0"
+    cases.append(Case("a sequence of length 0", _batch(5, "seq_lens[1] = 0"), hint))
+    for d in _HALVES:
+        half = _batch(6, f"q = q.to(torch.{d})", _CAST.format("k_cache", "v_cache", d))
+        cases.append(
+            Case(f"{d} q and caches", half, "Return q's dtype (compute in float32 inside)")
+        )
+    twos = _batch(7, "k_cache, v_cache = k_cache.nan_to_num(2.0), v_cache.nan_to_num(2.0)")
+    hint = "Here a read past seq_len changes the result, whatever nan_to_num hid where the slots "
+    hint += f"hold NaN: {cut}"
+    return [*cases, Case("unused slots holding 2.0 (not NaN)", twos, hint)]
 
 
 def _decode_reference(x: Inputs, **kw: Any) -> torch.Tensor:
@@ -200,8 +224,10 @@ def _kv_head_modulo(x: Inputs) -> torch.Tensor:
     return _decode_reference({**x, "q": x["q"][:, order]})[:, order.argsort()]
 
 
-_DECODE_MISTAKES = [(causes.MISSING_SCALE, lambda x: _decode_reference(x, scale=1.0)),
-                    (causes.WRONG_KV_HEAD, _kv_head_modulo)]  # fmt: skip
+_DECODE_MISTAKES = [
+    (causes.MISSING_SCALE, lambda x: _decode_reference(x, scale=1.0)),
+    (causes.WRONG_KV_HEAD, _kv_head_modulo),
+]
 
 
 @exercise(3, "paged_decode")
@@ -245,8 +271,11 @@ def check_write_kv(fn: Callable[..., None]) -> None:
         (k1, v1), (k2, v2) = ((torch.zeros(blocks, size, 2, 3) for _ in "kv") for _ in "12")
         fn(k1, v1, slots, k, v)
         write_kv(k2, v2, slots, k, v)
-        expect(torch.equal(k1, k2) and torch.equal(v1, v2), f"trial {trial}: after writing rows "
-               f"at slots {slots.tolist()} into {blocks} blocks of {size}, the caches differ from "
-               "the expected ones. Slot s is block s // block_size, offset s % block_size; skip "
-               "slots of -1.", causes.WRONG_RESULT)  # fmt: skip
+        where = f"at slots {slots.tolist()} into {blocks} blocks of {size}"
+        expect(
+            torch.equal(k1, k2) and torch.equal(v1, v2),
+            f"trial {trial}: after writing rows {where}, the caches differ from the expected "
+            "ones. Slot s is block s // block_size, offset s % block_size; skip slots of -1.",
+            causes.WRONG_RESULT,
+        )
     passed("slot-mapping write")

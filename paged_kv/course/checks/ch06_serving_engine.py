@@ -1,16 +1,15 @@
 """Chapter 06 checks: a learner's scheduler admits and preempts like the library's, and the
 capstone's engine on it (and on every part the learner built) generates the cache-free greedy
-tokens. A fixed scenario, or a random workload, is the Python that sets it up (the replay), run
-with the learner's class and with `Scheduler`; a scenario compares all a call may change
-(`_SEEN`), a workload every step. A wrong token in the capstone, or an error the library
-raises there, names the part at fault by swapping each part for the library's."""
+tokens. A scenario, or a random workload, is the Python that sets it up (the replay), run with
+the learner's class and with `Scheduler`, then compared on all a call may change (`_SEEN`). A
+wrong token, or an error in the run, names the part at fault (`_served`)."""
 
 from __future__ import annotations
 
 import functools
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course import parts as saved
 from paged_kv.course.checks import causes, failures
-from paged_kv.course.checks.failures import CheckFailed, call, exercise, passed
+from paged_kv.course.checks.failures import CheckFailed, exercise, passed
 from paged_kv.course.checks.harness import Trial, fixed, quiet, search
 from paged_kv.course.learner_manager import learner_manager
 from paged_kv.serving.engine import Engine
@@ -111,10 +110,12 @@ def _serve_both(cls: type[Scheduler], what: str, ops: list[Any], trial: Trial) -
     (blocks, size, budget, running), *prompts = ops
     trial.note("from paged_kv.course.checks.ch06_serving_engine import Engine, SamplingParams")
     trial.note("from paged_kv.course.checks.ch06_serving_engine import small_model")
-    code = (f"engine = Engine(small_model(), num_blocks={blocks}, block_size={size}, "
-            f"max_batch_tokens={budget}, max_running={running}, scheduler={{cls}})\n"
-            + "".join(f"engine.add_request({p}, SamplingParams(6))\n" for p in prompts)
-            + "scheduler, manager = engine.scheduler, engine.manager")  # fmt: skip
+    code = (
+        f"engine = Engine(small_model(), num_blocks={blocks}, block_size={size}, "
+        f"max_batch_tokens={budget}, max_running={running}, scheduler={{cls}})\n"
+        + "".join(f"engine.add_request({p}, SamplingParams(6))\n" for p in prompts)
+        + "scheduler, manager = engine.scheduler, engine.manager"
+    )
     mine, theirs = _scenes(code, cls, trial)
     trial.note("")  # the steps so far, rewritten at each step
     for step in itertools.count():
@@ -161,25 +162,41 @@ _CACHED = (
     'manager.free_sequence("earlier")  # its 3 full blocks stay cached\n'
 )
 _ADMISSIONS = [
-    (_admission(24, "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 61)), [5]]",
-                cached=_CACHED),
-     "A request costs its tokens minus its prefix hits (manager.num_prefix_hit_tokens); admit "
-     "in order while the cost fits plan.budget_left (an equal cost fits), and stop at the first "
-     "that does not; add_sequence(request_id, request.admission_sequence()) before changing its "
-     "status or the queues; its chunk is ScheduledChunk(request, request.num_cached_tokens, the "
-     "rest, True)"),
-    (_running(10, "[[1, 2], [11, 12]]", "list(range(20, 29))")
-     + "Scheduler.schedule_running(scheduler, plan)  # requests 0 and 1 decode: 2 of 10 tokens",
-     "plan.budget_left already counts the running requests' decodes, and a step that holds "
-     "decodes is not empty: the request waits"),
-    (_admission(8, "[list(range(20))]"),
-     "A request bigger than the whole budget runs alone in an empty step"),
+    (
+        _admission(
+            24,
+            "[list(range(11)), list(range(100, 112)) + [7, 8], list(range(50, 61)), [5]]",
+            cached=_CACHED,
+        ),
+        "A request costs its tokens minus its prefix hits (manager.num_prefix_hit_tokens); admit "
+        "in order while the cost fits plan.budget_left (an equal cost fits), and stop at the first "
+        "that does not; add_sequence(request_id, request.admission_sequence()) before changing "
+        "its status or the queues; its chunk is ScheduledChunk(request, request.num_cached_tokens, "
+        "the rest, True)",
+    ),
+    (
+        _running(10, "[[1, 2], [11, 12]]", "list(range(20, 29))")
+        + "Scheduler.schedule_running(scheduler, plan)  # requests 0 and 1 decode: 2 of 10 tokens",
+        "plan.budget_left already counts the running requests' decodes, and a step that holds "
+        "decodes is not empty: the request waits",
+    ),
+    (
+        _admission(8, "[list(range(20))]"),
+        "A request bigger than the whole budget runs alone in an empty step",
+    ),
     (_admission(64, "[[0], [1], [2]]", running=2), "At most max_running requests run at once"),
-    (_admission(64, "[list(range(20)), [7]]", blocks=3), "When add_sequence raises OutOfBlocks "
-     "nothing changed: stop admitting, the request keeps waiting (and those behind it)"),
-    (_admission(64, "[[4, 5, 6]]", cached="manager.add_sequence(0, [1, 2, 3])  # id 0 is taken\n"),
-     "Catch only OutOfBlocks: any other error is a bug that must come through"),
-]  # fmt: skip
+    (
+        _admission(64, "[list(range(20)), [7]]", blocks=3),
+        "When add_sequence raises OutOfBlocks nothing changed: stop admitting, the request keeps "
+        "waiting (and those behind it)",
+    ),
+    (
+        _admission(
+            64, "[[4, 5, 6]]", cached="manager.add_sequence(0, [1, 2, 3])  # id 0 is taken\n"
+        ),
+        "Catch only OutOfBlocks: any other error is a bug that must come through",
+    ),
+]
 
 
 @exercise(1, "admission")
@@ -189,15 +206,24 @@ def check_admission(scheduler_cls: type[Scheduler]) -> None:
     passed("admits like the library's scheduler, step by step")
 
 
-_PREEMPT = _running(64, "[list(range(9)), list(range(100, 109)), list(range(20, 29))]", "[3, 4]",
-                    cached=_CACHED) + "victim = scheduler.running[1]  # not the newest"  # fmt: skip
+_PREEMPT = (
+    _running(
+        64, "[list(range(9)), list(range(100, 109)), list(range(20, 29))]", "[3, 4]", cached=_CACHED
+    )
+    + "victim = scheduler.running[1]  # not the newest"
+)
 _PREEMPTIONS = [
-    (_PREEMPT, "Preempt the request given: free its sequence, take it out of running, status "
-     "WAITING, num_preemptions + 1, the same object (its tokens and its pending one) at the head "
-     "of waiting, and Preemption(plan.step, its id, request.num_tokens, reason) in plan.preempted"),
-    (_PREEMPT + "\nmanager.free_sequence(1)  # behind the scheduler's back",
-     "Catch nothing in preempt: an error there is a bug in the scheduler's state"),
-]  # fmt: skip
+    (
+        _PREEMPT,
+        "Preempt the request given: free its sequence, take it out of running, status WAITING, "
+        "num_preemptions + 1, the same object (its tokens and its pending one) at the head of "
+        "waiting, and Preemption(plan.step, its id, request.num_tokens, reason) in plan.preempted",
+    ),
+    (
+        _PREEMPT + "\nmanager.free_sequence(1)  # behind the scheduler's back",
+        "Catch nothing in preempt: an error there is a bug in the scheduler's state",
+    ),
+]
 
 
 @exercise(2, "preemption")
@@ -207,23 +233,27 @@ def check_preemption(scheduler_cls: type[Scheduler]) -> None:
     passed("preempts like the library's scheduler, step by step")
 
 
-_DENSE = ("An admitted request computes every token from its prefix hits on; a preempted one "
-          "keeps its output, recomputed with its prompt")  # fmt: skip
+_DENSE = (
+    "An admitted request computes every token from its prefix hits on; a preempted one "
+    "keeps its output, recomputed with its prompt"
+)
 
 
-def _at_fault(scheduler_cls: type[Scheduler]) -> CheckFailed | None:
+def _method_at_fault(scheduler_cls: type[Scheduler], cause: str) -> tuple[str, str]:
     """Exercise 1's and 2's checks on each method of `scheduler_cls` alone (the other one the
-    library's): the first that fails."""
+    library's): the first that fails names the cause, else `cause` stays; then the replay."""
+    name = scheduler_cls.__name__
+    replay = "Replay it:\n    from paged_kv.course.checks.ch06_serving_engine import serve\n"
+    replay += f"    serve({{}}, {name})"
     for check, method in ((check_admission, "admit_waiting"), (check_preemption, "preempt")):
-        other = "preempt" if method == "admit_waiting" else "admit_waiting"
-        alone = type(scheduler_cls.__name__, (scheduler_cls,), {other: getattr(Scheduler, other)})
+        library = {m: getattr(Scheduler, m) for m in ("admit_waiting", "preempt") if m != method}
         try:
-            check(alone)
+            check(type(name, (scheduler_cls,), library))
         except CheckFailed as failure:
-            return CheckFailed(f"\nThe cause is in your {method}: {failure}", failure.cause)
+            return failure.cause, f"The cause is in your {method}: {failure}\n{replay}"
         except Exception:  # a diagnosis only: the failure itself is reported
             continue
-    return None
+    return cause, replay
 
 
 @exercise(3, "both together")
@@ -231,20 +261,9 @@ def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
     """The capstone's engine on the library's parts and `scheduler_cls`, short of blocks,
     generates the cache-free greedy tokens. A failure runs exercises 1 and 2's checks on each
     method to name the one at fault."""
-    try:
-        with one_thread():
-            engine = call(f"serve({{}}, {scheduler_cls.__name__})", serve, {}, scheduler_cls)
-            wrong = wrong_tokens(engine, _DENSE)
-        if wrong:
-            raise CheckFailed(wrong, causes.WRONG_RESULT)
-    except CheckFailed as failure:
-        with quiet():
-            found = _at_fault(scheduler_cls)
-        replay = "from paged_kv.course.checks.ch06_serving_engine import serve\n    serve({}, "
-        raise CheckFailed(
-            f"{failure}{found or ''}\nReplay it:\n    {replay}{scheduler_cls.__name__})",
-            (found or failure).cause,
-        ) from None
+    diagnose = functools.partial(_method_at_fault, scheduler_cls)
+    with one_thread():
+        engine = _served({}, scheduler_cls, diagnose, _DENSE)
     passed(f"served like dense decoding, through {len(engine.stats().preemptions)} preemptions")
 
 
@@ -282,18 +301,25 @@ def _requests() -> list[tuple[list[int], str | None]]:
     """Ten (prompt, tenant salt): two system prompts, three questions, two tenants."""
     rng, questions = random.Random(6), [b"Why pages?", b"What is a block?", b"Evict what?"]
     systems = [SYSTEM_PROMPT, list(b"SYSTEM: answer about KV caches, briefly.\n")]
-    return [(systems[i % 2] + list(rng.choice(questions)) + [48 + i],
-             "tenant-b" if i % 3 == 2 else None) for i in range(10)]  # fmt: skip
+    prompts = [systems[i % 2] + list(rng.choice(questions)) + [48 + i] for i in range(10)]
+    return [(prompt, "tenant-b" if i % 3 == 2 else None) for i, prompt in enumerate(prompts)]
 
 
 def serve(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
     """The engine on `parts` (the library's for those missing) and `scheduler_cls`, after
     serving the ten requests, 10 tokens each, in a cache small enough to evict and preempt."""
     hooks = {name: parts[name] for name in _MANAGER_PARTS if name in parts}
-    engine = Engine(sensitive_model(), num_blocks=30, block_size=4, max_batch_tokens=128,
-                    max_running=6, eviction=parts.get("eviction") or "lru", scheduler=scheduler_cls,
-                    attention=parts.get("attention"),
-                    manager_factory=functools.partial(learner_manager, **hooks))  # fmt: skip
+    engine = Engine(
+        sensitive_model(),
+        num_blocks=30,
+        block_size=4,
+        max_batch_tokens=128,
+        max_running=6,
+        eviction=parts.get("eviction") or "lru",
+        scheduler=scheduler_cls,
+        attention=parts.get("attention"),
+        manager_factory=functools.partial(learner_manager, **hooks),
+    )
     for prompt, salt in _requests():
         engine.add_request(prompt, SamplingParams(10), salt=salt)
     engine.run()
@@ -315,6 +341,29 @@ def wrong_tokens(engine: Engine, hint: str = "") -> str | None:
     return None
 
 
+_Diagnose = Callable[[str], tuple[str, str]]  # the (cause, why) of a failed run from its cause
+
+
+def _served(parts: dict[str, Any], cls: type[Scheduler], diagnose: _Diagnose, hint: str) -> Engine:
+    """The engine after the run; wrong tokens, or an error that is neither a stub's nor a
+    hook's check's (those come through as they are), fail with `diagnose(cause)`'s verdict."""
+    try:
+        engine = serve(parts, cls)
+    except Exception as exc:
+        hooked = str(exc).startswith(tuple(f"{n} " for n in parts))
+        if hooked or isinstance(exc, NotImplementedError):
+            raise  # a stub (not done yet), or a hook's check, whose message says what is wrong
+        error = failures.learner_error(exc, doing="the engine run")
+        wrong, cause = str(error), getattr(error, "cause", causes.RAISED)
+    else:
+        wrong, cause = wrong_tokens(engine, hint), causes.WRONG_RESULT
+        if wrong is None:
+            return engine
+    with quiet():
+        cause, why = diagnose(cause)
+    raise CheckFailed(f"{wrong}\n{why}", cause)
+
+
 @exercise(None, "capstone")
 def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None = None) -> None:
     """The engine on your parts: your pool (01), eviction policy (03), chained hash, prefix
@@ -329,7 +378,7 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
         found = {n: (mine.get(n), "yours" if n in mine else "the library's") for n in saved.PARTS}
     parts = {name: part for name, (part, _) in found.items() if part is not None}
     with one_thread():
-        stats = _served(parts, scheduler_cls).stats()
+        stats = _served(parts, scheduler_cls, lambda _: _culprits(parts, scheduler_cls), "").stats()
     lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
     lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
     print("The engine ran on:", *lines, sep="\n")
@@ -341,31 +390,14 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
     passed("the engine on your parts generates the dense tokens")
 
 
-def _served(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> Engine:
-    """The engine after the run; wrong tokens, or an error the library raised that no hook's
-    check explains, fail naming the part at fault (`_culprits`)."""
-    try:
-        engine = serve(parts, scheduler_cls)
-        wrong = wrong_tokens(engine)
-        if wrong is None:
-            return engine
-    except Exception as exc:
-        if failures.where_raised(exc) or str(exc).startswith(tuple(f"{n} " for n in parts)):
-            raise  # the learner's code raised (the message says where), or a hook's check did
-        wrong = str(failures.learner_error(exc, "Capstone", doing="the engine run"))
-    cause, why = _culprits(parts, scheduler_cls)
-    raise CheckFailed(f"{wrong}\n{why}", cause)
-
-
 def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[str, str]:
     """(cause, why): serve with each of the learner's parts swapped for the library's; the
     parts without which the tokens come out right are at fault."""
 
     def right_without(*names: str) -> bool:
         try:
-            with quiet():
-                kept = {n: p for n, p in parts.items() if n not in names}
-                return wrong_tokens(serve(kept, scheduler_cls)) is None
+            kept = {n: p for n, p in parts.items() if n not in names}
+            return wrong_tokens(serve(kept, scheduler_cls)) is None
         except Exception:  # a diagnosis: an error only says "not right"
             return False
 
@@ -379,7 +411,7 @@ def _culprits(parts: dict[str, Any], scheduler_cls: type[Scheduler]) -> tuple[st
         )
     if not right_without(*parts):
         return causes.SCHEDULER_AT_FAULT, (
-            f"With the library's parts and your {scheduler_cls.__name__}, the tokens are still "
+            f"With the library's parts and your {scheduler_cls.__name__}, the run still goes "
             "wrong: your scheduler is the cause (run this notebook's checks again)."
         )
     return causes.PARTS_DISAGREE, "No single part is the cause; two of your parts disagree."

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import random
 import struct
-import sys
 import time
 import zlib
 from collections import namedtuple
@@ -15,6 +14,7 @@ from math import prod
 from typing import Any
 
 from paged_kv.course.checks import causes
+from paged_kv.course.checks.cost import TooManyLines, count_lines_executed
 from paged_kv.course.checks.failures import exercise, passed
 from paged_kv.course.checks.harness import Trial, fixed, search
 from paged_kv.errors import CorruptBlock, InvalidArgument
@@ -141,10 +141,6 @@ _RULE = ("Return a list of the tier objects, one per block: ask the tiers, faste
          "at a block no tier has")  # fmt: skip
 
 
-class _Stuck(BaseException):
-    """Stops an endless loop (not an Exception: `except Exception` cannot swallow it)."""
-
-
 class Tier:
     """A tier holding `keys` that counts the questions it is asked."""
 
@@ -159,23 +155,6 @@ class Tier:
         return self.name
 
 
-def _lines_capped(action: Callable[[], Any]) -> None:
-    """`action()`, stopped with `_Stuck` once it has run 200,000 lines of Python."""
-    lines = iter(range(200_000))  # a correct solution runs a few dozen
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if event == "line" and next(lines, None) is None:
-            raise _Stuck
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        action()
-    finally:
-        sys.settrace(previous)
-
-
 def _run_case(trial: Trial, fn: Callable[..., Any], keys: list[str], held: list[Any]) -> None:
     """`fn(keys, tiers)` gives the library's run, asking no tier more often than it does."""
     tiers: list[Any] = [Tier(n, k) for n, k in held]
@@ -186,9 +165,11 @@ def _run_case(trial: Trial, fn: Callable[..., Any], keys: list[str], held: list[
     trial.note("; ".join(f"{n} = Tier({n!r}, {k})" for n, k in held))
     line = f"{fn.__name__}({keys}, [{', '.join(n for n, _ in held)}])"
     given, handed = trial.hand(keys), trial.hand(tiers)
-    try:
-        _lines_capped(lambda: trial.same(line, lambda: fn(given, handed), lambda: want, hint=_RULE))
-    except _Stuck:
+    try:  # a correct solution runs a few dozen lines
+        count_lines_executed(
+            lambda: trial.same(line, lambda: fn(given, handed), lambda: want, hint=_RULE), 200_000
+        )
+    except TooManyLines:
         hint = "When no tier has the next block (or there are no tiers), the run is over"
         trial.fail(causes.ENDLESS_LOOP, hint, line=line)
     for tier, n in zip(tiers, asked, strict=True):

@@ -23,13 +23,19 @@ _HERE = __file__
 _CHECKS = str(__file__).rsplit("/", 1)[0]  # paged_kv/course/checks
 
 
-def count_lines_executed(fn: Callable[[], Any]) -> int:
+class TooManyLines(BaseException):
+    """Past a line cap (not an Exception: the learner's `except Exception` lets it by)."""
+
+
+def count_lines_executed(fn: Callable[[], Any], cap: int | None = None) -> int:
     """How many Python source lines `fn()` executes (C built-ins count as one line; the
-    counting containers' own lines are not counted)."""
-    return count_lines_by_function(fn)[0]
+    counting containers' own lines are not counted); `TooManyLines` stops it at `cap`."""
+    return count_lines_by_function(fn, cap)[0]
 
 
-def count_lines_by_function(fn: Callable[[], Any]) -> tuple[int, Counter[str]]:
+def count_lines_by_function(
+    fn: Callable[[], Any], cap: int | None = None
+) -> tuple[int, Counter[str]]:
     """`count_lines_executed`, and the lines each function outside the checks ran, by its
     qualified name: where the work was, for a message that names the learner's method."""
     total = 0
@@ -42,6 +48,8 @@ def count_lines_by_function(fn: Callable[[], Any]) -> tuple[int, Counter[str]]:
             return None
         if event == "line":
             total += 1
+            if total == cap:
+                raise TooManyLines
             if not name.startswith(_CHECKS):
                 code = frame.f_code  # co_qualname is Python 3.11+; 3.10 has co_name only
                 mine[getattr(code, "co_qualname", code.co_name).replace(".<locals>", "")] += 1
@@ -61,7 +69,6 @@ class Meter:
 
     def __init__(self) -> None:
         self.touched: Counter[tuple[str, str]] = Counter()
-        self.reset = self.touched.clear
 
     @property
     def total(self) -> int:

@@ -24,7 +24,6 @@ from paged_kv.course.checks import causes
 from paged_kv.errors import PagedKVError
 
 F = TypeVar("F", bound=Callable[..., Any])
-Errors = tuple[type[Exception], ...]
 
 _LIBRARY_DIRS = tuple(
     os.path.realpath(p) + os.sep
@@ -34,7 +33,7 @@ _LIBRARY_DIRS = tuple(
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 _stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
 CAP_SECONDS = 10.0  # the most one check may take, on any answer
-_STUB = ": replace this line with your code"
+STUB = ": replace this line with your code"
 
 
 class _ShownAsMessage:
@@ -66,26 +65,6 @@ def passed(what: str) -> None:
     print(f"✅ {label}: {what}" if label else f"✅ {what}: all checks passed")
 
 
-def expect_raises(
-    error: Errors | type[Exception], action: Callable[[], Any], what: str, *, hint: str = ""
-) -> BaseException:
-    """Run `action`, which must raise `error`; return the exception."""
-    names = " or ".join(e.__name__ for e in (error if isinstance(error, tuple) else (error,)))
-    hint = f" {hint}" if hint else ""
-    try:
-        result = action()
-    except error as exc:
-        return exc
-    except (CheckFailed, NotImplementedError):
-        raise
-    except Exception as exc:  # the wrong error type is a learner mistake worth naming
-        saw = f"your code raised {type(exc).__name__}: {exc}{where_raised(exc)}"
-        cause = causes.WRONG_ERROR
-    else:
-        saw, cause = f"it returned {short_repr(result)}", causes.MISSING_REFUSAL
-    raise CheckFailed(f"{what} should raise {names}, but {saw}.{hint}", cause)
-
-
 def short_repr(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 20] + f"… ({len(text)} characters)"
@@ -105,10 +84,10 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
             try:
                 with _capped():
                     return check(*args, **kwargs)
-            except CheckFailed as exc:
-                raise CheckFailed(_labelled(label, str(exc)), exc.cause) from None
-            except ExerciseNotDone as exc:
-                raise ExerciseNotDone(_labelled(label, str(exc))) from None
+            except (CheckFailed, ExerciseNotDone) as exc:
+                if not str(exc).startswith(label):
+                    exc.args = (f"{label}: {exc}",)
+                raise
             except _OutOfTime as late:
                 message = causes.say(causes.TOO_SLOW, seconds=CAP_SECONDS, stage=late.args[0])
                 raise CheckFailed(f"{label}: {message}", causes.TOO_SLOW) from None
@@ -123,10 +102,6 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
         return cast(F, run)
 
     return wrap
-
-
-def _labelled(label: str, message: str) -> str:
-    return message if message.startswith(label) else f"{label}: {message}"
 
 
 class _OutOfTime(BaseException):
@@ -188,11 +163,8 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
     if _learner_frame(exc) is None:  # the library refused a state the learner's code made
         text = str(exc).rstrip()
         text += "" if text.endswith((".", "!", "?")) else "."
-        return CheckFailed(
-            f"{label}: the library raised {type(exc).__name__}: {text} Your code returned "
-            f"without an error earlier, but left things in a state the library refuses.{step}",
-            causes.LIBRARY_REFUSED,
-        )
+        said = causes.say(causes.LIBRARY_REFUSED, error=f"{type(exc).__name__}: {text}")
+        return CheckFailed(f"{label}: {said}{step}", causes.LIBRARY_REFUSED)
     return CheckFailed(
         f"{label}: your code raised {type(exc).__name__}: {exc}{where_raised(exc)}.{step}",
         causes.RAISED,
@@ -205,8 +177,8 @@ def stub_of(exc: BaseException) -> str:
     frame = _learner_frame(exc)
     name = f"`{frame.name}`" if frame else "a function"
     where = f"{name} raises NotImplementedError ({text})"
-    if text.endswith(_STUB):
-        where = f"`{text[: -len(_STUB)]}` still has its stub"
+    if text.endswith(STUB):
+        where = f"`{text[: -len(STUB)]}` still has its stub"
     return f"{where}. Write it, run its cell, then run this check again."
 
 
@@ -249,10 +221,10 @@ def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         mine = isinstance(exc, TypeError) and _learner_frame(exc) is None
         wrong = _cannot_take(fn, args, kwargs) if mine else ""
         if wrong:  # the call itself failed: the learner's signature, not the library
+            said = causes.say(causes.BAD_SIGNATURE, doing=doing, why=f"{wrong} ({exc})")
+            label = _label.get() or "this check"
             raise CheckFailed(
-                f"{_label.get() or 'this check'}: {doing} failed before your code ran: "
-                f"{wrong} ({exc}).\nThe check was running: {doing}",
-                causes.BAD_SIGNATURE,
+                f"{label}: {said}\nThe check was running: {doing}", causes.BAD_SIGNATURE
             ) from None
         raise learner_error(exc, doing=doing) from None
 

@@ -29,7 +29,6 @@ Play = Callable[[list[Any], "Trial"], None]
 Draw = Callable[[random.Random], list[Any]]
 Compare = Callable[[Any, Any], str | None] | None
 Errors = tuple[type[Exception], ...]
-_MAX_RUNS = 300  # the most replays one shrink may take
 
 
 class Mismatch(Exception):
@@ -234,14 +233,17 @@ def fixed(scenario: Callable[[Trial], None]) -> None:
         )
 
 
-def search(play: Play, draw: Draw, *, trials: int, seed: int, what: str, keep: int = 1) -> None:
-    """Random trials of `play(ops, trial)`; the first failure is shrunk, then reported. The
-    first `keep` operations set the trial up and are never removed."""
+def search(
+    play: Play, draw: Draw, *, trials: int, seed: int, what: str, keep: int = 1, max_runs: int = 300
+) -> None:
+    """Random trials of `play(ops, trial)`; the first failure is shrunk (in at most `max_runs`
+    replays: fewer where one replay is slow, as an engine workload), then reported. The first
+    `keep` operations set the trial up and are never removed."""
     for number in range(trials):
         ops = draw(random.Random(seed * 100_003 + number))
         found = _attempt(play, ops)
         if found:
-            failure, trial = _shrink(play, ops, found, keep)
+            failure, trial = _shrink(play, ops, found, keep, max_runs)
             raise CheckFailed(
                 f"{failure.message}\nReplay it (random trial {number} of {what}, seed={seed}, "
                 f"shrunk to the {len(trial.lines)} lines that still fail):\n{trial.render()}",
@@ -262,15 +264,15 @@ def _attempt(play: Play, ops: list[Any]) -> tuple[Mismatch, Trial] | None:
 
 
 def _shrink(
-    play: Play, ops: list[Any], found: tuple[Mismatch, Trial], keep: int
+    play: Play, ops: list[Any], found: tuple[Mismatch, Trial], keep: int, max_runs: int
 ) -> tuple[Mismatch, Trial]:
     """Remove chunks of operations while the trial still fails with the same cause on the
     same subject."""
     key = (found[0].cause, found[0].subject)
     best, runs, chunk = found, 0, max(1, (len(ops) - keep) // 2)
-    while chunk >= 1 and runs < _MAX_RUNS and len(ops) > keep:
+    while chunk >= 1 and runs < max_runs and len(ops) > keep:
         i, removed = keep, False
-        while i < len(ops) and runs < _MAX_RUNS:
+        while i < len(ops) and runs < max_runs:
             candidate, runs = ops[:i] + ops[i + chunk :], runs + 1
             result = _attempt(play, candidate)
             if result is not None and (result[0].cause, result[0].subject) == key:

@@ -79,9 +79,15 @@ def _shown(t: torch.Tensor) -> str:
     return f"{values if t.dim() else values[0]}{f' … ({t.numel()} values)' * (t.numel() > 8)}"
 
 
-def judge(fn: Callable[..., Any], case: Case, line: str, reference: Reference, *,
-          variants: Iterable[tuple[str, Reference]] = (),
-          watch: Callable[[Inputs], Inputs] = dict) -> None:  # fmt: skip
+def judge(
+    fn: Callable[..., Any],
+    case: Case,
+    line: str,
+    reference: Reference,
+    *,
+    variants: Iterable[tuple[str, Reference]] = (),
+    watch: Callable[[Inputs], Inputs] = dict,
+) -> None:
     """Call `fn` as `line` on `case`'s inputs (as `watch(inputs)` gives them, to probe how `fn`
     works) and compare with `reference(inputs)`; raise CheckFailed with one cause if they
     differ. `variants`: (cause, what that mistake gives as the output's first item)."""
@@ -147,8 +153,13 @@ class BlockReads(torch.Tensor):
     largest, library = 0, ""
 
     @classmethod
-    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:  # fmt: skip
+    def __torch_function__(
+        cls,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         frame = sys._getframe(1)
         while frame is not None:
             if frame.f_code.co_filename.startswith(_ATTENTION):

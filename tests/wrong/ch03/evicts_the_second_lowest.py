@@ -1,7 +1,5 @@
-# expect: wrong_result from check_lfu(EvictsTheSecondLowest)
-class EvictsTheSecondLowest(BucketLFU):
-    def evict(self):
-        ordered = sorted(self.bucket_of, key=lambda b: self.bucket_of[b])
-        block = ordered[1] if len(ordered) > 3 else ordered[0]
-        self.forget(block)
-        return block
+# expect: wrong_result from check_lfu(BucketLFU)
+patch(
+    "block = next(iter(self.buckets[lowest]))",
+    "block = sorted(self.bucket_of, key=self.bucket_of.get)[len(self) > 3]",
+)

@@ -1,7 +1,3 @@
-# expect: wrong_state from check_policy_contract(ForgetKeepsTheCandidate)
-from paged_kv.cache.eviction import LRU
-
-
-class ForgetKeepsTheCandidate(LRU):
-    def forget(self, block_id):
-        pass
+# expect: wrong_state from check_policy_contract(BucketLFU)
+# forget drops the count and leaves the block evictable.
+patch("self._leave(block)\n        self.counts.pop", "pass\n        self.counts.pop")

@@ -1,4 +1,2 @@
-# expect: wrong_state from check_aging(ForgetKeepsTheLife)
-class ForgetKeepsTheLife(WindowLFU):
-    def forget(self, block):
-        BucketLFU.forget(self, block)
+# expect: wrong_state from check_aging(WindowLFU)
+patch("self.life.pop(block, None)", "pass")

@@ -1,6 +1,2 @@
-# expect: wrong_state from check_lfu(MakeEvictableCountsATouch)
-class MakeEvictableCountsATouch(BucketLFU):
-    def make_evictable(self, block):
-        if block not in self.counts:
-            self.counts[block] = 1
-        super().make_evictable(block)
+# expect: wrong_state from check_lfu(BucketLFU)
+patch("self.counts.setdefault(block, 0)", "self.counts.setdefault(block, 1)")

@@ -1,6 +1,2 @@
-# expect: wrong_result from check_lfu(MakeEvictableTwiceMovesIt)
-class MakeEvictableTwiceMovesIt(BucketLFU):
-    def make_evictable(self, block):
-        if block in self.bucket_of:
-            self._leave(block)
-        super().make_evictable(block)
+# expect: wrong_result from check_lfu(BucketLFU)
+patch("self.bucket_of:\n            return", "self.bucket_of:\n            self._leave(block)")

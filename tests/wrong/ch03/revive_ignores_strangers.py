@@ -1,5 +1,2 @@
-# expect: missing_refusal from check_lfu(ReviveIgnoresStrangers)
-class ReviveIgnoresStrangers(BucketLFU):
-    def revive(self, block):
-        if block in self.bucket_of:
-            self._leave(block)
+# expect: missing_refusal from check_lfu(BucketLFU)
+patch("count.\n        self._leave", "count.\n        if block in self: self._leave")

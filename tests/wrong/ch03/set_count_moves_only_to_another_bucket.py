@@ -1,7 +1,6 @@
-# expect: wrong_result from check_lfu(SetCountMovesOnlyToAnotherBucket)
-class SetCountMovesOnlyToAnotherBucket(BucketLFU):
-    def set_count(self, block, count):
-        self.counts[block] = count
-        if block in self.bucket_of and self.bucket_of[block] != min(count, MAX_BUCKET):
-            self._leave(block)
-            self._enter(block, count)
+# expect: wrong_result from check_lfu(BucketLFU)
+patch(
+    "if block in self.bucket_of:\n            self._leave(block)\n            self._enter",
+    "if block in self and self.bucket_of[block] != min(count, MAX_BUCKET):\n"
+    "            self._leave(block)\n            self._enter",
+)

@@ -1,12 +1,2 @@
-# expect: wrong_state from check_aging(WindowOneShort)
-class WindowOneShort(WindowLFU):
-    def touch(self, block):
-        if block not in self.life:
-            self.lives += 1
-            self.life[block] = self.lives
-        BucketLFU.touch(self, block)
-        self.recent.append((block, self.life[block]))
-        if len(self.recent) >= self.window:
-            old, life = self.recent.popleft()
-            if self.life.get(old) == life:
-                self.set_count(old, self.count(old) - 1)
+# expect: wrong_state from check_aging(WindowLFU)
+patch("if len(self.recent) > self.window:", "if len(self.recent) >= self.window:")

@@ -1,5 +1,2 @@
-# expect: mutates_argument from check_allocate_table(extends_the_hits)
-def extends_the_hits(pool, hits, num_blocks):
-    table = allocate_table(pool, list(hits), num_blocks)
-    hits.extend(table[len(hits) :])
-    return hits
+# expect: mutates_argument from check_allocate_table(allocate_table)
+patch("return hits + pool.allocate(fresh)", "hits.extend(pool.allocate(fresh))\n    return hits")

@@ -1,4 +1,2 @@
-# expect: wrong_result from check_allocate_table(fresh_blocks_first)
-def fresh_blocks_first(pool, hits, num_blocks):
-    table = allocate_table(pool, hits, num_blocks)
-    return table[len(hits) :] + hits
+# expect: wrong_result from check_allocate_table(allocate_table)
+patch("return hits + pool.allocate(fresh)", "return pool.allocate(fresh) + hits")

@@ -1,9 +1,5 @@
-# expect: work_grows from check_cached_prefix(looks_up_all_then_cuts)
-def looks_up_all_then_cuts(index, hashes, num_prompt_tokens, block_size):
-    found = [index.get(h) for h in hashes]
-    blocks = []
-    for block in found[: (num_prompt_tokens - 1) // block_size]:
-        if block is None:
-            break
-        blocks.append(block)
-    return blocks
+# expect: work_grows from check_cached_prefix(cached_prefix)
+patch(
+    "blocks = []",
+    "found = [index.get(h) for h in hashes]  # every hash, then the cut\n    blocks = []",
+)

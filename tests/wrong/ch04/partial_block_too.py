@@ -1,9 +1,5 @@
-# expect: wrong_result from check_chained_hash(partial_block_too)
-import hashlib
-
-
-def partial_block_too(token_ids, block_size, salt=None):
-    out = chained_hashes(token_ids, block_size, salt)
-    if len(token_ids) % block_size:
-        out.append(hashlib.sha256(repr(token_ids).encode()).digest())
-    return out
+# expect: wrong_result from check_chained_hash(chained_hashes)
+patch(
+    "return hashes",
+    'return hashes + [hashlib.sha256(b"rest").digest()] * (len(token_ids) % block_size > 0)',
+)

@@ -1,3 +1,2 @@
-# expect: wrong_result from check_prefix_parts(chained_hashes, skips_first, allocate_table)
-def skips_first(index, hashes, num_prompt_tokens, block_size):
-    return cached_prefix(index, hashes, num_prompt_tokens, block_size)[1:]
+# expect: wrong_result from check_prefix_parts(chained_hashes, cached_prefix, allocate_table)
+patch("return blocks", "return blocks[1:]")

@@ -1,6 +1,2 @@
-# expect: mutates_argument from check_cached_prefix(pops_from_the_index)
-def pops_from_the_index(index, hashes, num_prompt_tokens, block_size):
-    blocks = cached_prefix(index, hashes, num_prompt_tokens, block_size)
-    for digest in hashes[: len(blocks)]:
-        index.pop(digest)
-    return blocks
+# expect: mutates_argument from check_cached_prefix(cached_prefix)
+patch("blocks.append(index[digest])", "blocks.append(index.pop(digest))")

@@ -1,11 +1,5 @@
-# expect: work_grows from check_chained_hash(rehashes_the_prefix)
-import hashlib
-import struct
-
-
-def rehashes_the_prefix(token_ids, block_size, salt=None):
-    root = b"no salt" if salt is None else b"salt:" + salt.encode()
-    return [
-        hashlib.sha256(root + struct.pack(f"<{end}q", *token_ids[:end])).digest()
-        for end in range(block_size, len(token_ids) + 1, block_size)
-    ]
+# expect: work_grows from check_chained_hash(chained_hashes)
+patch(
+    'struct.pack(f"<{len(block)}q", *block)',
+    'struct.pack(f"<{start + block_size}q", *token_ids[: start + block_size])',
+)

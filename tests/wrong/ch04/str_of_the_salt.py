@@ -1,22 +1,2 @@
-# expect: wrong_result from check_chained_hash(str_of_the_salt)
-import hashlib
-import struct
-
-
-def _chain(
-    encode, salt_bytes=lambda salt: b"no salt" if salt is None else b"salt:" + salt.encode()
-):
-    def hashes(token_ids, block_size, salt=None):
-        parent = salt_bytes(salt)
-        out = []
-        for start in range(0, len(token_ids) - block_size + 1, block_size):
-            parent = hashlib.sha256(parent + encode(token_ids[start : start + block_size])).digest()
-            out.append(parent)
-        return out
-
-    return hashes
-
-
-str_of_the_salt = _chain(
-    lambda block: struct.pack(f"<{len(block)}q", *block), lambda salt: str(salt).encode()
-)
+# expect: wrong_result from check_chained_hash(chained_hashes)
+patch('b"no salt" if salt is None else b"salt:" + salt.encode()', "str(salt).encode()")

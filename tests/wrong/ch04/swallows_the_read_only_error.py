@@ -3,7 +3,6 @@ import contextlib
 
 
 def swallows_the_read_only_error(index, hashes, num_prompt_tokens, block_size):
-    blocks = cached_prefix(index, hashes, num_prompt_tokens, block_size)
     with contextlib.suppress(Exception):
         index[b"mine"] = 0
-    return blocks
+    return cached_prefix(index, hashes, num_prompt_tokens, block_size)
