@@ -407,7 +407,7 @@ KEYWORDS: dict[str, str] = {
 COPY = ("paged_kv", "tests", "tools", "pyproject.toml")
 # pyproject's addopts are for notebooks (nbval); dropping them saves ~3 s of imports per run.
 PYTEST_ARGS = (
-    *("-x", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", "-o", "addopts="),
+    *("-x", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:xdist", "-o", "addopts="),
     "--hypothesis-seed=0",
 )
 
@@ -971,7 +971,7 @@ class ModuleRun:
     total: int  # mutants of the module before sampling
     tests: tuple[str, ...]
     keyword: str | None
-    cap: float = 60.0  # --timeout: the least a mutant's run may take before it counts as hung
+    cap: float = 20.0  # --timeout: the least a mutant's run may take before it counts as hung
     baseline_done: threading.Event = dataclasses.field(default_factory=threading.Event)
     baseline: tuple[str, float] | None = None
     first_baseline: str | None = None  # the first try's outcome, when it did not pass
@@ -1127,7 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-module sample")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (copies)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="cap per mutant, seconds")
+    parser.add_argument("--timeout", type=float, default=20.0, help="cap per mutant, seconds")
     parser.add_argument(
         "--rev", default="HEAD", help="commit to test (default HEAD; see --worktree)"
     )
