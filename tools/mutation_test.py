@@ -8,6 +8,7 @@ test, or explain why the mutant is equivalent (same behaviour) or the code dead.
     python tools/mutation_test.py                       # every target at HEAD, print results
     python tools/mutation_test.py --modules manager scheduler --max-per-module 40
     python tools/mutation_test.py --jobs 2 --save       # write bench/results/mutation.json
+    python tools/mutation_test.py --modules eviction --save  # re-measure one module in it
     python tools/mutation_test.py --modules hashing --list    # show the mutants, run nothing
     python tools/mutation_test.py --worktree --modules manager  # your uncommitted edits
 
@@ -1260,10 +1261,38 @@ def main(argv: list[str] | None = None) -> int:
     if result["skipped"]:
         print(f"not scored, their unmutated tests failed: {', '.join(result['skipped'])}")
     if args.save:
+        if args.modules and RESULTS.exists():
+            result = merged_into(json.loads(RESULTS.read_text()), result)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
+
+
+def merged_into(saved: dict, rerun: dict) -> dict:
+    """A run of some `--modules` saved over the full run it re-measures: their entries,
+    survivors and equivalents replace those modules' own, the score is recounted over every
+    module, and the rerun is listed under "reruns" (the full run's time and commit stay)."""
+    again = set(rerun["modules"])
+    modules = {**saved["modules"], **rerun["modules"]}
+    scored = [e for e in modules.values() if "mutants_run" in e]
+    run = sum(e["mutants_run"] for e in scored)
+    rest = {
+        k: [x for x in saved[k] if x["module"] not in again] for k in ("survivors", "equivalents")
+    }
+    keep = ("commit", "source", "elapsed_s", "cpu_s", "load_average_1min")
+    return {
+        **saved,
+        "score": round(sum(e.get("killed", 0) for e in scored) / run, 3) if run else None,
+        "skipped": [m for m, e in modules.items() if "error" in e],
+        "modules": dict(sorted(modules.items())),
+        "survivors": rest["survivors"] + rerun["survivors"],
+        "equivalents": rest["equivalents"] + rerun["equivalents"],
+        "reruns": [
+            *saved.get("reruns", []),
+            {"modules": sorted(again), **{k: rerun.get(k) for k in keep}},
+        ],
+    }
 
 
 def _stop(signum, frame):
