@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paged_kv import BlockPool, InvalidBlock, OutOfBlocks
+from paged_kv import BlockPool, InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.snapshot import BlockState
@@ -271,3 +271,16 @@ def test_the_unchecked_calls_still_go_through_the_checks_of_the_pool_below():
         with pytest.raises(InvalidBlock):
             call([block])
     assert pool.num_free == 4
+
+
+@pytest.mark.parametrize("n", [2.5, True, "3"])
+def test_an_allocation_that_is_no_count_is_refused_even_when_it_would_evict(n):
+    """`allocate` checks `n` itself: a count above the free blocks goes on to eviction, which
+    the pool below never sees."""
+    pool = BlockPool(4, 4)
+    kept = pool.allocate(3)
+    pool.keep_content(kept)
+    pool.release(kept)  # 1 free, 3 cached
+    with pytest.raises(InvalidArgument, match="allocate's n"):
+        pool.allocate(n)
+    assert (pool.num_free, pool.num_cached) == (1, 3)

@@ -1,9 +1,10 @@
 """paged_kv.cache.live_sequences: what the manager says of its live sequences."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paged_kv import KVCacheManager
+from paged_kv import KVCacheManager, UnknownSequence
 
 # Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the cache
 # layer: each test here kills at least one mutant that survived every other test of its module.
@@ -21,3 +22,14 @@ def test_the_manager_says_which_sequences_are_live(ops):
             live.discard(seq_id)
         assert {s for s in range(4) if s in manager} == live
         assert len(manager) == len(live) and sorted(manager.sequence_ids) == sorted(live)
+
+
+def test_an_unknown_sequence_is_refused_with_the_first_five_live_ids_shown():
+    m = KVCacheManager(16, 4)
+    for s in range(6):
+        m.add_sequence(s, [s])
+    with pytest.raises(UnknownSequence, match=r"live sequences: \[0, 1, 2, 3, 4, \.\.\.\] \(6 in"):
+        m.block_table("x")
+    m.free_sequence(5)
+    with pytest.raises(UnknownSequence, match=r"live sequences: \[0, 1, 2, 3, 4\] \(5 in all\)"):
+        m.block_table("x")

@@ -925,3 +925,23 @@ def test_only_the_same_salt_and_extra_keys_share_blocks(index):
         assert m.block_table(("again", i))[:2] == m.block_table(("first", i))[:2]
     tables = {tuple(m.block_table(("first", i))[:2]) for i in range(len(namespaces))}
     assert len(tables) == len(namespaces)
+
+
+@pytest.mark.parametrize("prefix_index", ["hash", "radix"])
+def test_a_block_filled_by_one_decoded_token_is_offered_to_the_prefix_cache(prefix_index):
+    """The one-token append that fills the last block leaves the fast path, which only serves
+    a block it does not fill: the full block is indexed, and a later prompt hits it."""
+    m = KVCacheManager(8, 4, prefix_index=prefix_index)
+    m.add_sequence("a", [1, 2, 3])
+    assert m.num_prefix_hit_tokens([1, 2, 3, 4, 5]) == 0
+    m.append_tokens("a", [4])  # fills block 0
+    assert m.num_prefix_hit_tokens([1, 2, 3, 4, 5]) == 4
+
+
+def test_can_append_asks_about_one_token_by_default():
+    m = KVCacheManager(2, 4)
+    m.add_sequence("a", [1, 2, 3, 4, 5, 6, 7, 8])  # both blocks full, none free
+    assert not m.can_append("a") and m.can_append("a", 0)
+    m.free_sequence("a")
+    m.add_sequence("b", [1, 2, 3])
+    assert m.can_append("b") and not m.can_append("b", 6)

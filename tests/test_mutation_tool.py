@@ -96,3 +96,37 @@ def test_every_target_module_has_tests_mapped():
     for module in modules:
         tests = mt.tests_for(module)
         assert tests and all((mt.ROOT / t.split("::")[0]).exists() for t in tests), module
+
+
+def test_a_rerun_of_some_modules_is_saved_over_the_full_run_it_re_measures():
+    entry = {"mutants_run": 2, "killed": 2}
+    saved = {
+        "commit": "a",
+        "elapsed_s": 900,
+        "score": 0.75,
+        "skipped": [],
+        "modules": {"m1": {"mutants_run": 2, "killed": 1}, "m2": entry},
+        "survivors": [{"module": "m1", "line": 3}],
+        "equivalents": [{"module": "m2", "line": 9}],
+    }
+    rerun = {
+        "commit": "b",
+        "elapsed_s": 30,
+        "modules": {"m1": {"mutants_run": 1, "killed": 1}},
+        "survivors": [],
+        "equivalents": [{"module": "m1", "line": 3}],
+    }
+    merged = mt.merged_into(saved, rerun)
+    assert merged["score"] == 1.0 and merged["modules"]["m2"] == entry
+    assert merged["survivors"] == [] and len(merged["equivalents"]) == 2
+    assert (merged["commit"], merged["elapsed_s"]) == ("a", 900)
+    assert merged["reruns"] == [
+        {
+            "modules": ["m1"],
+            "commit": "b",
+            "source": None,
+            "elapsed_s": 30,
+            "cpu_s": None,
+            "load_average_1min": None,
+        }
+    ]

@@ -6,6 +6,7 @@ from test_radix_cache import BLOCK, PROMPTS, _register
 
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.cache.radix_cache import RadixCache
+from paged_kv.cache.sequence import TokenSequence
 
 # Behaviours that mutation testing (tools/mutation_test.py) found no test pinning, in the cache
 # layer: each test here kills at least one mutant that survived every other test of its module.
@@ -29,3 +30,17 @@ def test_content_keys_name_the_content_of_indexed_blocks(make, prompts):
             same = index.content_key(a) == index.content_key(b)
             assert same == (content[a] == content[b]), (a, b)
     assert index.content_key(10_000) is None
+
+
+def test_a_hash_level_cache_refuses_sequence_calls_and_a_taken_hash():
+    """`PrefixCache()` without a block size serves hash-level calls only; `register` answers
+    False, not just something falsy, for a hash another block holds."""
+    cache = PrefixCache()
+    for call in (
+        lambda: cache.match(TokenSequence([1, 2]), 1),
+        lambda: cache.register_blocks(TokenSequence([1, 2]), [0], 0, 1),
+    ):
+        with pytest.raises(TypeError, match=r"PrefixCache\(block_size\) is needed"):
+            call()
+    assert cache.register(0, b"h") is True and cache.register(1, b"h") is False
+    assert cache.longest_prefix([b"h"]) == [0]

@@ -8,6 +8,7 @@ test, or explain why the mutant is equivalent (same behaviour) or the code dead.
     python tools/mutation_test.py                       # every target at HEAD, print results
     python tools/mutation_test.py --modules manager scheduler --max-per-module 40
     python tools/mutation_test.py --jobs 2 --save       # write bench/results/mutation.json
+    python tools/mutation_test.py --modules eviction --save  # re-measure one module in it
     python tools/mutation_test.py --modules hashing --list    # show the mutants, run nothing
     python tools/mutation_test.py --worktree --modules manager  # your uncommitted edits
 
@@ -88,6 +89,7 @@ import json
 import os
 import queue
 import random
+import resource
 import select
 import shutil
 import signal
@@ -369,12 +371,26 @@ TESTS: dict[str, tuple[str, ...]] = {
 }
 
 # A pytest -k expression per module, to leave out the costly cases that do not concern it:
-# the scheduler does not care which eviction policy the engine's cache uses.
+# the scheduler and the cache's modules other than the policies do not care which eviction
+# policy the engine's cache uses (test_engine.py's memory-pressure runs, one per policy and
+# seed, were a third of the whole list's time; LRU's stay).
 # For the tiers, the slowest local tests (SIGKILL loops, a second process, the scraper) only
 # where they are the ones that exercise the module.
+_ONE_POLICY = "not memory_pressure or lru"
 _SLOW_LOCAL = "acceptance_2 or acceptance_3 or acceptance_9"
 KEYWORDS: dict[str, str] = {
-    "paged_kv/serving/scheduler.py": "not memory_pressure or lru",
+    **dict.fromkeys(
+        (
+            "paged_kv/serving/scheduler.py",
+            "paged_kv/cache/manager.py",
+            "paged_kv/cache/caching_pool.py",
+            "paged_kv/cache/live_sequences.py",
+            "paged_kv/cache/prefix_index.py",
+            "paged_kv/cache/hashing.py",
+            "paged_kv/cache/sequence.py",
+        ),
+        _ONE_POLICY,
+    ),
     "paged_kv/tiers/base.py": f"not ({_SLOW_LOCAL})",
     "paged_kv/tiers/connector.py": "not (acceptance_2 or acceptance_9)",
     # -k also matches the module's name: every test of test_tiers_disk.py is "disk".
@@ -392,7 +408,7 @@ KEYWORDS: dict[str, str] = {
 COPY = ("paged_kv", "tests", "tools", "pyproject.toml")
 # pyproject's addopts are for notebooks (nbval); dropping them saves ~3 s of imports per run.
 PYTEST_ARGS = (
-    *("-x", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", "-o", "addopts="),
+    *("-x", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:xdist", "-o", "addopts="),
     "--hypothesis-seed=0",
 )
 
@@ -539,10 +555,8 @@ def _sites(tree: ast.Module, source: str) -> Iterator[tuple[int, ast.AST, str, s
             yield index, node, "remove", ""
 
 
-def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> tuple[ast.AST, str]:
-    """Apply one mutation in place; return the node now standing there and its new text."""
-    nodes = list(ast.walk(tree))
-    node = nodes[index]
+def _change(node: ast.AST, kind: str, arg: str) -> None:
+    """Apply one mutation of an expression or branch to `node` itself (not "remove")."""
     if kind == "compare":
         i = int(arg)
         node.ops[i] = _COMPARE_SWAP[type(node.ops[i])]()
@@ -556,19 +570,36 @@ def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> tuple[ast.AST,
         node.test = ast.UnaryOp(op=ast.Not(), operand=node.test)
     elif kind == "return":
         node.value = ast.Constant(value=None)
-    elif kind == "remove":
-        for parent in nodes:
-            for _field, value in ast.iter_fields(parent):
-                if isinstance(value, list) and any(v is node for v in value):
-                    position = next(i for i, v in enumerate(value) if v is node)
-                    value[position] = ast.copy_location(ast.Pass(), node)
-                    return value[position], "pass"
-        raise AssertionError(f"no parent for statement {index}")
     else:
         raise ValueError(kind)
-    ast.fix_missing_locations(tree)
-    shown = node.test if kind == "negate" else node
-    return node, " ".join(ast.unparse(shown).split())[:120]
+
+
+def _mutate(tree: ast.Module, index: int, kind: str, arg: str) -> None:
+    """Apply one mutation in place."""
+    nodes = list(ast.walk(tree))
+    node = nodes[index]
+    if kind != "remove":
+        _change(node, kind, arg)
+        ast.fix_missing_locations(tree)
+        return
+    for parent in nodes:
+        for _field, value in ast.iter_fields(parent):
+            if isinstance(value, list) and any(v is node for v in value):
+                position = next(i for i, v in enumerate(value) if v is node)
+                value[position] = ast.copy_location(ast.Pass(), node)
+                return
+    raise AssertionError(f"no parent for statement {index}")
+
+
+def _mutation_text(node: ast.AST, kind: str, arg: str) -> str:
+    """What the mutated site reads, from a copy of that node alone (copying the whole module
+    for each of its mutants made listing them quadratic: minutes over the targets)."""
+    if kind in ("remove", "return"):
+        return {"remove": "pass", "return": "return None"}[kind]
+    changed = copy.deepcopy(node)
+    _change(changed, kind, arg)
+    shown = changed.test if kind == "negate" else changed
+    return " ".join(ast.unparse(shown).split())[:120]
 
 
 def _scopes(tree: ast.Module) -> dict[int, str]:
@@ -595,9 +626,7 @@ def enumerate_mutants(module: str, source: str) -> list[Mutant]:
         shown = node.test if kind == "negate" else node
         line = lines[node.lineno - 1].strip()
         original = line if kind == "remove" else _segment(source, shown)
-        _, mutation = _mutate(copy.deepcopy(tree), index, kind, arg)
-        if kind == "return":
-            mutation = "return None"
+        mutation = _mutation_text(node, kind, arg)
         mutants.append(
             Mutant(
                 module,
@@ -943,7 +972,7 @@ class ModuleRun:
     total: int  # mutants of the module before sampling
     tests: tuple[str, ...]
     keyword: str | None
-    cap: float = 60.0  # --timeout: the least a mutant's run may take before it counts as hung
+    cap: float = 20.0  # --timeout: the least a mutant's run may take before it counts as hung
     baseline_done: threading.Event = dataclasses.field(default_factory=threading.Event)
     baseline: tuple[str, float] | None = None
     first_baseline: str | None = None  # the first try's outcome, when it did not pass
@@ -1099,7 +1128,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the per-module sample")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (copies)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="cap per mutant, seconds")
+    parser.add_argument("--timeout", type=float, default=20.0, help="cap per mutant, seconds")
     parser.add_argument(
         "--rev", default="HEAD", help="commit to test (default HEAD; see --worktree)"
     )
@@ -1175,6 +1204,10 @@ def main(argv: list[str] | None = None) -> int:
             run_all(runs, checkouts, args.jobs, began)
         finally:
             kill_live_runs()  # the pre-imported runners, before their checkouts go
+    # Every test run is a reaped descendant by now: its CPU time is ours to count. On a shared
+    # machine the elapsed time measures the neighbours too; CPU seconds over the jobs do not.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = round(children.ru_utime + children.ru_stime)
 
     report = {run.module: run.entry() for run in runs}
     survivors = [s for run in runs for s in run.survivors()]
@@ -1203,6 +1236,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "timeout_s": args.timeout,
         "elapsed_s": round(time.perf_counter() - began),
+        "cpu_s": cpu_s,
         "load_average_1min": {
             "start": None if load is None else round(load, 2),
             "end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
@@ -1215,7 +1249,8 @@ def main(argv: list[str] | None = None) -> int:
         "equivalents": equivalents,
     }
     print(
-        f"\nscore {killed_all}/{run_count} in {result['elapsed_s']} s "
+        f"\nscore {killed_all}/{run_count} in {result['elapsed_s']} s, {cpu_s} s of CPU "
+        f"(about {cpu_s / max(1, args.jobs):.0f} s on {args.jobs} idle cores) "
         f"({len(equivalents)} listed equivalent, not scored); survivors:"
     )
     for s in survivors:
@@ -1226,10 +1261,38 @@ def main(argv: list[str] | None = None) -> int:
     if result["skipped"]:
         print(f"not scored, their unmutated tests failed: {', '.join(result['skipped'])}")
     if args.save:
+        if args.modules and RESULTS.exists():
+            result = merged_into(json.loads(RESULTS.read_text()), result)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {RESULTS.relative_to(ROOT)}")
     return 0
+
+
+def merged_into(saved: dict, rerun: dict) -> dict:
+    """A run of some `--modules` saved over the full run it re-measures: their entries,
+    survivors and equivalents replace those modules' own, the score is recounted over every
+    module, and the rerun is listed under "reruns" (the full run's time and commit stay)."""
+    again = set(rerun["modules"])
+    modules = {**saved["modules"], **rerun["modules"]}
+    scored = [e for e in modules.values() if "mutants_run" in e]
+    run = sum(e["mutants_run"] for e in scored)
+    rest = {
+        k: [x for x in saved[k] if x["module"] not in again] for k in ("survivors", "equivalents")
+    }
+    keep = ("commit", "source", "elapsed_s", "cpu_s", "load_average_1min")
+    return {
+        **saved,
+        "score": round(sum(e.get("killed", 0) for e in scored) / run, 3) if run else None,
+        "skipped": [m for m, e in modules.items() if "error" in e],
+        "modules": dict(sorted(modules.items())),
+        "survivors": rest["survivors"] + rerun["survivors"],
+        "equivalents": rest["equivalents"] + rerun["equivalents"],
+        "reruns": [
+            *saved.get("reruns", []),
+            {"modules": sorted(again), **{k: rerun.get(k) for k in keep}},
+        ],
+    }
 
 
 def _stop(signum, frame):

@@ -26,7 +26,7 @@ class SequenceEntry:
 
     seq: TokenSequence
     block_table: list[int]
-    num_registered: int = 0  # full blocks already offered to the prefix cache
+    num_registered: int  # full blocks already offered to the prefix cache
     forked: bool = False  # its last block may be shared since a fork: check before writing
     room: int = 0  # tokens the table holds without growing; 0 once forked (appends check)
     index_path: Any = (
