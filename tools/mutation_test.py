@@ -36,7 +36,8 @@ Operators (each applied to one site at a time):
   return      return x -> return None
 
 Skipped: `__init__.py` files (re-exports), `__repr__` methods (text for humans), annotations,
-and any line carrying the comment `pragma: no mutate`.
+a `...` statement (a Protocol method's body: removing it changes nothing), and any line
+carrying the comment `pragma: no mutate`.
 
 Equivalent mutants (same behaviour, so no test can kill them) are listed after review in
 tools/mutation_equivalents.json, each with its reason, by module, enclosing class.function,
@@ -457,6 +458,11 @@ def _is_docstring(stmt: ast.stmt) -> bool:
     )
 
 
+def _is_ellipsis(node: ast.expr) -> bool:
+    """`...`: the body of a Protocol's method, which runs no code to remove."""
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
 def _is_text(node: ast.expr) -> bool:
     return isinstance(node, ast.JoinedStr) or (
         isinstance(node, ast.Constant) and isinstance(node.value, str | bytes)
@@ -551,6 +557,7 @@ def _sites(tree: ast.Module, source: str) -> Iterator[tuple[int, ast.AST, str, s
             and id(node) in in_function
             and not isinstance(node, ast.Pass | ast.Global | ast.Nonlocal)
             and not _is_docstring(node)
+            and not (isinstance(node, ast.Expr) and _is_ellipsis(node.value))
         ):
             yield index, node, "remove", ""
 
