@@ -205,6 +205,13 @@ def check_longest_run(fn: Callable[[list[str], list[Any]], list[Any]]) -> None:
 # -- exercise 3: the circuit breaker -----------------------------------------------------------
 
 _AT_ONCE = 0.05  # seconds: an answer from allow() takes microseconds
+_RULES = (
+    "The rules: allow() is True when closed; when open, False until self.clock() shows cooldown_s "
+    "passed (exactly cooldown_s counts), then the breaker is half-open and that one call is True; "
+    "when half-open, False. record_success() closes from any state, the count of failures back "
+    "to 0; record_failure() counts one more in a row and opens (a new cooldown, the count back "
+    "to 0) when half-open or at failure_threshold in a row"
+)
 # (threshold, cooldown), then "+s" moves the clock by s seconds, a word calls that method
 _STEPS = ("allow record_failure allow record_failure allow record_success allow record_failure "
           "allow record_failure allow record_failure allow +1.99 allow +0.01 allow allow "
@@ -228,10 +235,14 @@ def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
             continue
         if op:
             start = time.perf_counter()
-            trial.same(f"breaker.{op}()", lambda op=op: getattr(mine, op)(), getattr(ref, op))
+            trial.same(
+                f"breaker.{op}()", lambda op=op: getattr(mine, op)(), getattr(ref, op), hint=_RULES
+            )
             if (took := time.perf_counter() - start) > _AT_ONCE:
                 trial.fail(causes.SLOW_ANSWER, line=f"breaker.{op}()", seconds=took)
-        trial.expect("breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state)
+        trial.expect(
+            "breaker.state", trial.read("breaker.state", lambda: mine.state), ref.state, hint=_RULES
+        )
 
 
 @exercise(3, "MyBreaker")
