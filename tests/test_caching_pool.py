@@ -203,6 +203,9 @@ def test_a_release_answers_in_the_order_blocks_lost_their_last_reference():
     pool.share([plain])
     assert pool.release([plain, kept, other, plain]) == [kept, other, plain]
     assert pool.release_unchecked([]) == []
+    a, b = pool.allocate(2)
+    pool.keep_content([a])
+    assert pool.release([a, b]) == [a, b]  # the kept block first: it lost its reference first
 
 
 # The manager's unchecked pool calls and hash chain: the same results as the checked calls.
