@@ -66,8 +66,20 @@ def passed(what: str) -> None:
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
-    text = repr(value)
+    text = repr(_readable(value))
     return text if len(text) <= limit else text[: limit - 20] + f"… ({len(text)} characters)"
+
+
+def _readable(value: Any) -> Any:
+    """`value` with its memoryviews as bytes (a view's repr is only its address)."""
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, list):
+        return [_readable(item) for item in value]
+    if isinstance(value, tuple):
+        items = [_readable(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a NamedTuple
+    return value
 
 
 def exercise(number: int | None, title: str) -> Callable[[F], F]:
