@@ -72,7 +72,8 @@ TEMPLATES = {
     (WRONG_CHECK_ORDER := "wrong_check_order"): "`{line}` should raise {want} ({why}), but it "
     "raised {error}: a check that comes later refused it first",
     (NEEDLESS_QUESTIONS := "needless_questions"): "`{line}` asked {tier} {got} questions where "
-    "{want} suffice: each question to a slower tier is a round trip",
+    "{want} suffice: at each point of the run, ask about every key from there to the end, and a "
+    "slower tier only when the faster ones answered 0 (a question to Redis is a round trip)",
     (ENDLESS_LOOP := "endless_loop"): "`{line}` never returned: it went on asking (or looping) "
     "long after a correct answer would have stopped",
     (SLOW_ANSWER := "slow_answer"): "`{line}` took {seconds:.2f} s to answer: it must answer at "
