@@ -27,8 +27,8 @@ class SequenceEntry:
     seq: TokenSequence
     block_table: list[int]
     num_registered: int  # full blocks already offered to the prefix cache
+    room: int  # tokens the table holds without growing; 0 once forked (appends check)
     forked: bool = False  # its last block may be shared since a fork: check before writing
-    room: int = 0  # tokens the table holds without growing; 0 once forked (appends check)
     index_path: Any = (
         None  # what it holds in the prefix index, handed back unread (see PrefixIndex)
     )

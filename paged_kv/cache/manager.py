@@ -114,7 +114,7 @@ class KVCacheManager(LiveSequences):
         table = self._new_table(seq_id, hit_blocks, length)
         seq.num_cached_tokens = hit_tokens + loaded
         seq._live = True
-        entry = SequenceEntry(seq, table, hits, room=len(table) * self.block_size)  # hits: indexed
+        entry = SequenceEntry(seq, table, hits, len(table) * self.block_size)  # hits: indexed
         self._register_full_blocks(entry)
         self._seqs[seq_id] = entry
         self._num_tokens += length
@@ -171,7 +171,7 @@ class KVCacheManager(LiveSequences):
         child_seq = parent.seq.copy()
         child_seq._live = True
         parent.forked, parent.room = True, 0
-        child = SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, True)
+        child = SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, 0, True)
         if self.prefix_cache is not None:
             child.index_path = self.prefix_cache.share_path(parent.index_path)
         self._seqs[child_id] = child
