@@ -287,3 +287,14 @@ def test_an_allocation_that_is_no_count_is_refused_even_when_it_would_evict(n):
     with pytest.raises(InvalidArgument, match="allocate's n"):
         pool.allocate(n)
     assert (pool.num_free, pool.num_cached) == (1, 3)
+
+
+def test_the_pool_below_refuses_more_blocks_than_are_free_and_says_what_it_is():
+    """`RefCountPool` on its own (a learner's pool stands where it does): a short allocate is
+    `OutOfBlocks` with its counts and changes nothing; its repr names its allocation."""
+    base = RefCountPool(8, 4, blocks_per_page=4, allocation="pack_pages")
+    base.allocate(5)
+    with pytest.raises(OutOfBlocks) as refused:
+        base.allocate(4)
+    assert (refused.value.requested, refused.value.available, base.num_free) == (4, 3, 3)
+    assert repr(base) == "RefCountPool(3/8 free, block_size=4, allocation='pack_pages')"

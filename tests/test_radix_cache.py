@@ -404,3 +404,17 @@ def test_a_sequence_growing_alone_stays_one_edge_of_the_tree(steps):
         _, path = radix.register_blocks(seq, table, start, len(table), path)
     assert [node.blocks for _, node in radix.nodes()] == [table]
     assert radix.match(seq, len(table)) == table
+
+
+def test_a_blocks_content_key_is_its_prefix_however_the_tree_was_built():
+    """The key chains the tokens up to the block's end and nothing after it, whether the block
+    came in one register or grew a leaf in a second one."""
+    tokens = list(range(4 * BLOCK))  # four blocks
+    at_once, in_steps, other_end = RadixCache(BLOCK), RadixCache(BLOCK), RadixCache(BLOCK)
+    _register(at_once, [tokens])
+    _register(in_steps, [tokens[: 3 * BLOCK], tokens])
+    _register(other_end, [tokens[: 3 * BLOCK] + [9] * BLOCK])
+    keys = [at_once.content_key(b) for b in range(4)]
+    assert [in_steps.content_key(b) for b in range(4)] == keys and None not in keys
+    assert [other_end.content_key(b) for b in range(4)][:3] == keys[:3]
+    assert other_end.content_key(3) != keys[3]
