@@ -2,6 +2,8 @@
 is run: the driver's pytest runs are exercised by running the tool itself)."""
 
 import ast
+import subprocess
+import sys
 
 import mutation_test as mt  # tests/conftest.py puts tools/ on sys.path
 
@@ -130,3 +132,17 @@ def test_a_rerun_of_some_modules_is_saved_over_the_full_run_it_re_measures():
             "load_average_1min": None,
         }
     ]
+
+
+def test_every_test_node_the_tool_runs_still_collects():
+    """A node id whose test was renamed or removed fails the module's baseline (the scheduler
+    was skipped so once); pytest collects every one the map names."""
+    nodes = sorted({t for tests in mt.TESTS.values() for t in tests if "::" in t})
+    args = ["--collect-only", "-q", "-p", "no:nbval", "-p", "no:xdist", "-o", "addopts="]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, *nodes],
+        cwd=mt.ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
