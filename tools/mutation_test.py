@@ -67,13 +67,12 @@ busy. Before prewarming, with --jobs 2 on 2 cores over the 31 modules of the cac
 scheduler and the tiers, 6 per module (180 run) took 1014 s at load 0.8-3.3. The default is
 now 20 per module (615 mutants in 32 modules); the tiers' modules run their own test files
 (test_tiers_<module>.py) and leave the engine-level tests out where those add nothing.
-Measured with --jobs 2 on 2 cores shared with other test runs (load average 12-17, which
-makes a fresh start ~5x slower than idle): codec and host, 40 mutants with their baselines,
-286 s (5-12 s a killed mutant); disk and store, 40, 1285 s, of which 825 s one mutant that
-hung a test until its timeout (the test now gives up after 10 s). Scaled by that 5x, the
-default run over all 32 modules is estimated at about 20 minutes on an idle machine (not
-measured: the cache and scheduler modules keep their test lists). The run prints its
-elapsed time and saves it with the load average.
+Measured at 9f3ea2c with --jobs 2 on 2 cores (load 1.5-2.1): 601 mutants in 33 modules in
+2,577 s, 4,509 s of CPU (`cpu_s`; the elapsed time counts the neighbours too). A killed mutant
+costs 1-4 s; a survivor runs its whole list, up to 2 minutes for the cache core's modules, and a
+hung one waits max(20 s, 3 x baseline). Listing every target's mutants takes 6 s (101 s before
+a mutant's text came from a copy of its node). `--modules X --save` re-measures modules in the
+saved run.
 """
 
 from __future__ import annotations
