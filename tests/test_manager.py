@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from test_block_pool import STEPS
 
+import paged_kv.cache.manager as manager_module
 from paged_kv import (
     LRU,
     BlockPool,
@@ -945,3 +946,28 @@ def test_can_append_asks_about_one_token_by_default():
     m.free_sequence("a")
     m.add_sequence("b", [1, 2, 3])
     assert m.can_append("b") and not m.can_append("b", 6)
+
+
+@pytest.mark.parametrize("prefix_index", ["hash", "radix"])
+@pytest.mark.parametrize("stage", ["entry", "share_path"])
+def test_a_fork_that_fails_halfway_changes_nothing(prefix_index, stage, monkeypatch):
+    m = KVCacheManager(8, 4, prefix_index=prefix_index)
+    m.add_sequence("a", [1, 2, 3, 4, 5])
+    before = m.snapshot()
+
+    def fail(*args, **kwargs):
+        raise MemoryError("injected")
+
+    if stage == "entry":
+        monkeypatch.setattr(manager_module, "SequenceEntry", fail)
+    else:
+        monkeypatch.setattr(m.prefix_cache, "share_path", fail)
+    with pytest.raises(MemoryError):
+        m.fork("a", "b")
+    monkeypatch.undo()
+    assert m.snapshot() == before
+    m.fork("a", "b")
+    m.append_tokens("b", [9])
+    m.free_sequence("b")
+    m.free_sequence("a")
+    assert m.pool.num_free + m.pool.num_cached == 8

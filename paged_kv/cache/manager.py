@@ -167,13 +167,17 @@ class KVCacheManager(LiveSequences):
         parent = self._entry(parent_id)
         if self._is_live(child_id):
             raise DuplicateSequence(f"sequence {child_id!r} already exists; fork into a new id.")
-        self.pool.share_unchecked(parent.block_table)
         child_seq = parent.seq.copy()
         child_seq._live = True
-        parent.forked, parent.room = True, 0
         child = SequenceEntry(child_seq, list(parent.block_table), parent.num_registered, 0, True)
+        self.pool.share_unchecked(parent.block_table)  # the first change: nothing above changes
         if self.prefix_cache is not None:
-            child.index_path = self.prefix_cache.share_path(parent.index_path)
+            try:
+                child.index_path = self.prefix_cache.share_path(parent.index_path)
+            except BaseException:
+                self.pool.release_unchecked(child.block_table)  # all or nothing
+                raise
+        parent.forked, parent.room = True, 0
         self._seqs[child_id] = child
         self._num_tokens += len(child_seq)
         self._table_blocks += len(child.block_table)
