@@ -436,6 +436,9 @@ class Mutant:
     mutation: str
     context: str  # the original source line
     scope: str = ""  # the enclosing class and function, e.g. "LRU.touch" ("" at module level)
+    # the lines whose execution runs the mutated code: its statement's (a compound
+    # statement's header only); a test that executes none of them cannot kill the mutant
+    lines: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
@@ -632,10 +635,29 @@ def _scopes(tree: ast.Module) -> dict[int, str]:
     return scope_of
 
 
+def _statement_lines(tree: ast.Module) -> dict[int, tuple[int, ...]]:
+    """id of each node -> the lines of the innermost statement around it (of a compound
+    statement, its header: the lines before its body)."""
+    lines_of: dict[int, tuple[int, ...]] = {}
+
+    def visit(node: ast.AST, lines: tuple[int, ...]) -> None:
+        if isinstance(node, ast.stmt):
+            body = getattr(node, "body", None)
+            last = body[0].lineno - 1 if body else node.end_lineno or node.lineno
+            lines = tuple(range(node.lineno, max(node.lineno, last) + 1))
+        lines_of[id(node)] = lines
+        for child in ast.iter_child_nodes(node):
+            visit(child, lines)
+
+    visit(tree, ())
+    return lines_of
+
+
 def enumerate_mutants(module: str, source: str) -> list[Mutant]:
     tree = ast.parse(source)
     lines = source.splitlines()
     scope_of = _scopes(tree)
+    lines_of = _statement_lines(tree)
     mutants = []
     for index, node, kind, arg in _sites(tree, source):
         shown = node.test if kind == "negate" else node
@@ -653,6 +675,7 @@ def enumerate_mutants(module: str, source: str) -> list[Mutant]:
                 mutation,
                 lines[node.lineno - 1].strip()[:120],
                 scope_of[id(node)],
+                lines_of[id(node)],
             )
         )
     return mutants
@@ -829,6 +852,37 @@ _PREWARMED = r"""
 import json, os, sys
 import hypothesis, numpy, pytest, torch
 
+
+class Traced:
+    # Which test ran each line of the target modules (coverage.py's contexts, one a test; ""
+    # is code run outside any test: imports and collection) and each test's seconds and outcome.
+    def __init__(self, include):
+        import coverage
+
+        self.coverage = coverage.Coverage(data_file=None, include=include)
+        self.tests = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self.coverage.switch_context(item.nodeid)
+        yield
+
+    def pytest_runtest_logreport(self, report):
+        test = self.tests.setdefault(report.nodeid, [0.0, "passed"])
+        test[0] += report.duration
+        if report.failed:
+            test[1] = "failed"
+
+    def save(self, path, root):
+        data = self.coverage.get_data()
+        lines = {}
+        for name in data.measured_files():
+            by_line = data.contexts_by_lineno(name)
+            lines[os.path.relpath(name, root)] = {n: sorted(c) for n, c in by_line.items()}
+        with open(path, "w") as out:
+            json.dump({"tests": self.tests, "lines": lines}, out)
+
+
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -843,7 +897,13 @@ for line in sys.stdin:
             os.environ.update(request["env"])
             sys.path.insert(0, request["cwd"])
             sys.dont_write_bytecode = True
-            code = int(pytest.main(request["args"]))
+            traced = request.get("trace") and Traced(request["trace"]["include"])
+            if traced:
+                traced.coverage.start()
+            code = int(pytest.main(request["args"], plugins=[traced] if traced else []))
+            if traced:
+                traced.coverage.stop()
+                traced.save(request["trace"]["out"], request["cwd"])
             module = sys.modules.get("paged_kv")
             if module is not None and not str(module.__file__).startswith(request["cwd"]):
                 code = 71  # a run on another copy of paged_kv proves nothing
@@ -870,11 +930,12 @@ class Prewarmed:
         self._buffer = b""
         self.child: int | None = None
 
-    def run(self, args: list[str], timeout: float) -> int | None:
+    def run(self, args: list[str], timeout: float, trace: dict | None = None) -> int | None:
         """pytest's exit code for `args` in the checkout; None when it ran past `timeout`
-        (then it is killed with everything it started)."""
+        (then it is killed with everything it started). With `trace` ({"include": files,
+        "out": path}) the run writes which test ran which line of those files to `out`."""
         env = {"PYTHONPATH": str(self.checkout), "PYTHONDONTWRITEBYTECODE": "1"}
-        request = {"cwd": str(self.checkout), "env": env, "args": args}
+        request = {"cwd": str(self.checkout), "env": env, "args": args, "trace": trace}
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
@@ -919,17 +980,24 @@ _RUNNERS_LOCK = threading.Lock()
 
 
 def run_tests(
-    checkout: Path, tests: tuple[str, ...], timeout: float, keyword: str | None = None
+    checkout: Path,
+    tests: list[str] | tuple[str, ...],
+    timeout: float,
+    keyword: str | None = None,
+    trace: dict | None = None,
 ) -> tuple[str, float]:
-    """'passed', 'failed' or 'timeout', and the seconds it took."""
+    """'passed', 'failed' or 'timeout', and the seconds it took. A run whose tests `-k`
+    deselected all passes: no test failed. With `trace`, pytest does not stop at the first
+    failure and the run writes what it traced (see `Prewarmed.run`)."""
     shutil.rmtree(checkout / ".hypothesis", ignore_errors=True)
     existing = [t for t in tests if (checkout / t.split("::")[0]).exists()]
     select_args = ["-k", keyword] if keyword else []
+    args = [a for a in PYTEST_ARGS if a != "-x"] if trace else list(PYTEST_ARGS)
     with _RUNNERS_LOCK:
         runner = _RUNNERS.get(checkout) or _RUNNERS.setdefault(checkout, Prewarmed(checkout))
     began = time.perf_counter()
     try:
-        code = runner.run([*PYTEST_ARGS, *select_args, *existing], timeout)
+        code = runner.run([*args, *select_args, *existing], timeout, trace)
     except BaseException:  # the driver is stopping: take the run down with it
         runner.kill_child()
         raise
@@ -938,7 +1006,7 @@ def run_tests(
         return "timeout", seconds
     if code == 71:
         raise SystemExit(f"a test run in {checkout} imported paged_kv from elsewhere")
-    return ("passed" if code == 0 else "failed"), seconds
+    return ("passed" if code in (0, 5) else "failed"), seconds  # 5: no test selected
 
 
 def kill_live_runs() -> None:
@@ -976,6 +1044,25 @@ def git_commit(rev: str) -> str | None:
         return None
 
 
+def _names(node_id: str, entries: tuple[str, ...]) -> bool:
+    """Whether a test's node id is one that TESTS' `entries` name (a file, or a test in it)."""
+    return any(
+        node_id.startswith(f"{e}::")
+        or ("::" in e and (node_id == e or node_id.startswith(f"{e}[")))
+        for e in entries
+    )
+
+
+@dataclasses.dataclass
+class Baseline:
+    """Every module's tests, run unmutated once: each test's seconds and outcome, and which
+    tests ran each line of each target module ("" for code run outside any test)."""
+
+    tests: dict[str, tuple[float, str]]
+    lines: dict[str, dict[int, set[str]]]
+    retried: set[str]  # tests that failed once, then passed when run again
+
+
 @dataclasses.dataclass
 class ModuleRun:
     """One module's baseline and mutants, filled in by the worker threads."""
@@ -988,15 +1075,36 @@ class ModuleRun:
     tests: tuple[str, ...]
     keyword: str | None
     cap: float = 20.0  # --timeout: the least a mutant's run may take before it counts as hung
-    baseline_done: threading.Event = dataclasses.field(default_factory=threading.Event)
     baseline: tuple[str, float] | None = None
     first_baseline: str | None = None  # the first try's outcome, when it did not pass
+    node_ids: list[str] = dataclasses.field(default_factory=list)  # its tests, one by one
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # each one's baseline
+    covered: dict[int, set[str]] = dataclasses.field(default_factory=dict)  # line -> tests
     outcomes: list[tuple[Mutant, str, float]] = dataclasses.field(default_factory=list)
+    whole_list: int = 0  # mutants that ran every test in the module's list
 
-    @property
-    def timeout(self) -> float:
-        assert self.baseline is not None
-        return max(self.cap, 3 * self.baseline[1])
+    def attach(self, baseline: Baseline) -> None:
+        self.node_ids = [n for n in baseline.tests if _names(n, self.tests)]
+        self.seconds = {n: baseline.tests[n][0] for n in self.node_ids}
+        self.covered = baseline.lines.get(self.module, {})
+        failed = any(baseline.tests[n][1] != "passed" for n in self.node_ids)
+        if any(n in baseline.retried for n in self.node_ids):
+            self.first_baseline = "failed"
+        self.baseline = ("failed" if failed or not self.node_ids else "passed", self.cost())
+
+    def cost(self, tests: list[str] | None = None) -> float:
+        return sum(self.seconds[n] for n in (self.node_ids if tests is None else tests))
+
+    def timeout(self, tests: list[str] | None = None) -> float:
+        return max(self.cap, 3 * self.cost(tests))
+
+    def selected(self, mutant: Mutant) -> list[str] | None:
+        """The module's tests that ran the mutant's lines, fastest first; None when code
+        outside any test ran them (an import: then every test runs the mutant)."""
+        ran = set().union(*(self.covered.get(line, set()) for line in mutant.lines))
+        if "" in ran:
+            return None
+        return sorted((n for n in self.node_ids if n in ran), key=self.seconds.__getitem__)
 
     def entry(self) -> dict:
         assert self.baseline is not None
@@ -1025,7 +1133,8 @@ class ModuleRun:
             timeouts=counts["timeout"],
             survived=counts["passed"],
             score=round(killed / run, 3) if run else None,
-            timeout_s=round(self.timeout, 1),
+            timeout_s=round(self.timeout(), 1),
+            whole_list_runs=self.whole_list,
         )
         return entry
 
@@ -1046,14 +1155,66 @@ class ModuleRun:
         ]
 
 
+def run_baseline(runs: list[ModuleRun], checkouts: list[Path], tmp: Path) -> Baseline:
+    """Every module's tests at once, unmutated, with each line's tests traced: the files
+    spread over the checkouts (largest first, each to the least loaded), run side by side;
+    the tests that fail are run once more together, as two copies running side by side
+    share the machine's ports and processes (at 40171cb the metrics tests failed once while
+    local_redis's ran beside them, and passed alone)."""
+    wanted: dict[str, set[str]] = {}  # file -> the node ids named in it ("" : all of it)
+    for run in runs:
+        for entry in run.tests:
+            file, _, name = entry.partition("::")
+            wanted.setdefault(file, set()).add(entry if name else "")
+    shares: list[list[str]] = [[] for _ in checkouts]
+    load = [0] * len(checkouts)
+    for file in sorted(wanted, key=lambda f: -(checkouts[0] / f).stat().st_size):
+        i = load.index(min(load))
+        shares[i] += [file] if "" in wanted[file] else sorted(wanted[file])
+        load[i] += (checkouts[0] / file).stat().st_size
+    include = [str(c / run.module) for c in checkouts for run in runs]
+
+    def traced(checkout: Path, tests: list[str], out: Path) -> dict:
+        trace = {"include": include, "out": str(out)}
+        run_tests(checkout, tests, 3600, trace=trace)
+        if not out.exists():
+            raise SystemExit(f"the unmutated tests wrote no trace; run them by hand: {tests}")
+        return json.loads(out.read_text())
+
+    with ThreadPoolExecutor(max_workers=len(checkouts)) as pool:
+        parts = list(
+            pool.map(
+                traced, checkouts, shares, [tmp / f"trace{i}.json" for i in range(len(shares))]
+            )
+        )
+    tests = {n: (t[0], t[1]) for part in parts for n, t in part["tests"].items()}
+    lines: dict[str, dict[int, set[str]]] = {}
+    for part in parts:
+        for module, by_line in part["lines"].items():
+            for line, names in by_line.items():
+                lines.setdefault(module, {}).setdefault(int(line), set()).update(names)
+    failed = [n for n, (_, outcome) in tests.items() if outcome != "passed"]
+    retried: set[str] = set()
+    if failed:
+        again = traced(checkouts[0], failed, tmp / "retry.json")["tests"]
+        retried = {n for n in failed if again.get(n, [0, "failed"])[1] == "passed"}
+        tests.update({n: (tests[n][0], "passed") for n in retried})
+    return Baseline(tests, lines, retried)
+
+
 def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, began: float) -> None:
-    """Every baseline and mutant on `jobs` workers. A module's baseline is queued ahead of the
-    previous module's mutants, so it runs beside them instead of leaving a worker idle; a
-    mutant waits for its own module's baseline (queued earlier, so already running or done).
-    """
+    """The baseline, then every mutant on `jobs` workers. A mutant first runs only the tests
+    of its module that ran its lines, fastest first; when those all pass (or none ran them),
+    its module's whole list runs before it counts as a survivor, so a test that runs the line
+    out of the tracer's sight (another process, a thread that outlived its test) still kills
+    it."""
     lock = threading.Lock()
     left = {r.module: len(r.mutants) for r in runs}
-    stopping = threading.Event()
+    copies = [checkouts.get() for _ in range(checkouts.qsize())]
+    baseline = run_baseline(runs, copies, copies[0].parent)
+    for checkout in copies:
+        checkouts.put(checkout)
+    print(f"baseline: {len(baseline.tests)} tests [{time.perf_counter() - began:.0f} s]")
 
     def report(run: ModuleRun) -> None:
         entry = run.entry()
@@ -1067,30 +1228,19 @@ def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, bega
             flush=True,
         )
 
-    def baseline(run: ModuleRun) -> None:
-        checkout = checkouts.get()
-        try:
-            run.baseline = run_tests(checkout, run.tests, 30 * run.cap, run.keyword)
-            if run.baseline[0] != "passed":  # once more: a run in the other copy may have
-                run.first_baseline = run.baseline[0]  # collided with it (ports, servers)
-                run.baseline = run_tests(checkout, run.tests, 30 * run.cap, run.keyword)
-        finally:
-            checkouts.put(checkout)
-            if run.baseline is None:
-                run.baseline = ("failed", 0.0)
-            run.baseline_done.set()
-        if run.baseline[0] != "passed" or not run.mutants:
-            report(run)
-
     def mutant_task(run: ModuleRun, mutant: Mutant) -> None:
-        run.baseline_done.wait()
-        if stopping.is_set() or run.baseline is None or run.baseline[0] != "passed":
-            return
         checkout = checkouts.get()
         target = checkout / mutant.module
+        chosen = run.selected(mutant)
         try:
             target.write_text(mutated_source(run.source, mutant))
-            outcome, seconds = run_tests(checkout, run.tests, run.timeout, run.keyword)
+            outcome, seconds = "passed", 0.0
+            if chosen:
+                outcome, seconds = run_tests(checkout, chosen, run.timeout(chosen), run.keyword)
+            if outcome == "passed":
+                run.whole_list += 1
+                outcome, more = run_tests(checkout, run.tests, run.timeout(), run.keyword)
+                seconds += more
         finally:
             target.write_text(run.source)
             checkouts.put(checkout)
@@ -1101,28 +1251,27 @@ def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, bega
             done, last = len(run.outcomes), left[run.module] == 0
         print(
             f"  [{done}/{len(run.mutants)}] {Path(run.module).name}:{mutant.line} {mutant.kind} "
-            f"{verdict[outcome]} in {seconds:.0f} s: {mutant.original}  =>  {mutant.mutation}",
+            f"{verdict[outcome]} in {seconds:.0f} s "
+            f"({'all' if chosen is None else len(chosen)} tests first): "
+            f"{mutant.original}  =>  {mutant.mutation}",
             flush=True,
         )
         if last:
             report(run)
 
-    tasks: list = []
-    for i, run in enumerate(runs):
-        if i == 0:
-            tasks.append((baseline, run))
-        if i + 1 < len(runs):
-            tasks.append((baseline, runs[i + 1]))
-        tasks += [(mutant_task, run, m) for m in run.mutants]
+    tasks = []
+    for run in runs:
+        run.attach(baseline)
+        if run.baseline != ("passed", run.cost()) or not run.mutants:
+            report(run)
+        else:
+            tasks += [(run, m) for m in run.mutants]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(*task) for task in tasks]
+        futures = [pool.submit(mutant_task, *task) for task in tasks]
         try:
             for future in futures:
                 future.result()
         except BaseException:
-            stopping.set()
-            for run in runs:
-                run.baseline_done.set()
             pool.shutdown(wait=False, cancel_futures=True)
             kill_live_runs()
             raise
