@@ -41,7 +41,7 @@ def test_s3fifo_main_gives_a_block_hit_there_a_second_chance(max_freq):
 
 def test_s3fifo_takes_the_victim_from_main_while_small_is_under_its_share():
     """S is probation for a `small_ratio` share of the candidates: below that share, the
-    victim is main's oldest block, not S's newcomer."""
+    victim is main's oldest block, not S's newcomer; at the share, S's oldest."""
     policy = S3FIFO(small_ratio=0.5)
     for b in (0, 1, 2):
         policy.make_evictable(b)
@@ -51,6 +51,8 @@ def test_s3fifo_takes_the_victim_from_main_while_small_is_under_its_share():
     policy.make_evictable(4)  # S holds 1 of 4 candidates: under half
     assert policy.evict() == 0
     assert policy.queues() == {"small": [4], "main": [1, 2], "ghost": [3]}
+    policy.make_evictable(5)  # S holds 2 of 4: its share exactly, so S gives the victim
+    assert policy.evict() == 4
 
 
 # S3-FIFO, W-TinyLFU and ARC against plain references of their definitions, and what each is for.

@@ -23,15 +23,61 @@ def test_w_tinylfu_adapts_its_window_once_per_sample_of_touches():
     assert policy.window_ratio == 0.25 + WTinyLFU.step_ratio
 
 
-@pytest.mark.parametrize(("capacity", "sample_factor"), [(64, 16), (128, 8)])
-def test_the_doorkeeper_spends_one_bit_per_sample(capacity, sample_factor):
+def test_w_tinylfu_climbs_toward_a_better_hit_ratio_and_turns_back_after_a_worse_one():
+    """The window keeps moving while the hit ratio improves and reverses when it falls, with
+    its step restarted (in the direction it now moves) after a jump of 5 points or more."""
+    policy = WTinyLFU(window_ratio=0.25, sample_factor=1)  # a sample: 1 touch a block tracked
+    shares = []
+    for sample in ([0], [0], [1, 2, 1], [1, 2, 0]):  # hit ratios 0, 1, 1/3, 1
+        for block in sample:
+            policy.touch(block)
+        shares.append(policy.window_ratio)
+    assert 0.25 < shares[0] < shares[1], "no worse, then better: up, and up again"
+    assert shares[2] < shares[1], "worse: it turns back"
+    assert shares[3] == pytest.approx(shares[2] - WTinyLFU.step_ratio), (
+        "better again: on down, by the restarted step"
+    )
+
+
+def test_w_tinylfu_forgets_a_block_entirely():
+    """A forgotten block is new again: it comes back in the window, not where it had got to."""
+    policy = WTinyLFU(adaptive=False)
+    for block in (0, 1):
+        policy.make_evictable(block)
+    assert policy.evict() == 1  # 0 moved on to probation; the window's newcomer lost its duel
+    assert policy.segments() == {"window": [], "probation": [0], "protected": []}
+    policy.forget(0)
+    assert policy.segments() == {"window": [], "probation": [], "protected": []}
+    policy.make_evictable(0)
+    assert policy.segments() == {"window": [0], "probation": [], "protected": []}
+
+
+def test_the_sketch_has_four_counters_a_block_per_row_and_grows_only_past_its_capacity():
+    """`width_factor` (4) counters per block of capacity in each row, rounded up to a power of
+    two; asking for the capacity it has keeps every count (a resize starts them over)."""
+    assert FrequencySketch(capacity=16).width == 64
+    assert FrequencySketch(capacity=17).width == 128
+    sketch = FrequencySketch(capacity=16)
+    for _ in range(3):
+        sketch.increment("k")
+    sketch.ensure_capacity(16)
+    assert (sketch.capacity, sketch.estimate("k")) == (16, 3)
+    sketch.ensure_capacity(17)
+    assert (sketch.capacity, sketch.estimate("k")) == (32, 0)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "sample_factor", "seen"), [(64, 16, 512), (128, 8, 512), (205, 5, 1024)]
+)
+def test_the_doorkeeper_spends_one_bit_per_sample(capacity, sample_factor, seen):
     """TinyLFU's doorkeeper is a Bloom filter (two hashes) of one bit per sample, rounded up
-    to a power of two: after half a sample of distinct keys, about a third of keys never seen
-    look seen once (theory: (1 - e^-1)^2 = 0.40). Twice the bits would show about 0.15, half
-    of them about 0.75: the rate pins the memory the filter costs."""
+    to a power of two (1,024 samples: 1,024 bits; 1,025: 2,048): after half its bits' worth of
+    distinct keys, about a third of keys never seen look seen once (theory: (1 - e^-1)^2 =
+    0.40). Twice the bits would show about 0.15, half of them about 0.75: the rate pins the
+    memory the filter costs."""
     sketch = FrequencySketch(capacity=capacity, sample_factor=sample_factor)
-    assert sketch.sample_size == 1024  # a power of two: no rounding up
-    for key in range(512):
+    assert sketch.sample_size == capacity * sample_factor
+    for key in range(seen):
         sketch.increment(key)
     unseen = range(10**6, 10**6 + 4000)
     false_positive_rate = sum(1 for k in unseen if sketch.estimate(k) >= 1) / len(unseen)
