@@ -3,8 +3,6 @@ a fake test runner: the real pytest runs are exercised by running the tool itsel
 
 import json
 import queue
-import tempfile
-import threading
 from pathlib import Path
 
 import mutation_test as mt  # tests/conftest.py puts tools/ on sys.path
@@ -88,84 +86,93 @@ def test_every_listed_equivalent_still_matches_a_mutant_of_its_module():
     assert modules <= targets
 
 
-def test_equivalents_are_not_run_and_baselines_run_beside_other_modules_mutants(monkeypatch):
-    """Each module's baseline runs before its mutants (their timeout comes from it) and is
-    queued ahead of the previous module's mutants; listed equivalents are never run."""
-    calls, lock = [], threading.Lock()
-    second_baseline = threading.Event()
-    waited_in_vain = []  # first's mutants that found no second baseline beside them
+def fake_tests(runs, seconds, lines, outcome_of, baseline=("passed",)):
+    """A stand-in for `run_tests`: a traced run writes `seconds` (test -> its time) and
+    `lines` (toy.py's line -> the tests that ran it) with the outcome `baseline` gives in
+    turn; a run of a mutant appends (tests, the mutant's line) to `runs` and returns
+    outcome_of(tests)."""
+    baselines = iter(baseline)
+    line_of = {mt.mutated_source(TOY, m): m.line for m in toy_mutants()}
 
-    def fake_run_tests(checkout, tests, timeout, keyword=None):
-        mutated = (checkout / "toy.py").read_text() != TOY
-        with lock:
-            calls.append((tests[0], mutated))
-        if (tests[0], mutated) == ("second", False):
-            second_baseline.set()
-        if (tests[0], mutated) == ("first", True) and not second_baseline.wait(timeout=10):
-            waited_in_vain.append(tests[0])  # both workers were busy with first's mutants
-        return ("failed" if mutated else "passed"), 0.01
-
-    monkeypatch.setattr(mt, "run_tests", fake_run_tests)
-    checkouts: queue.Queue[Path] = queue.Queue()
-    runs = []
-    for name in ("first", "second", "third"):
-        mutants = toy_mutants()
-        equivalent = [(m, entry(m.scope)) for m in mutants if entry(m.scope).matches(m)]
-        skip = {m for m, _ in equivalent}
-        runs.append(
-            mt.ModuleRun(
-                "toy.py",
-                TOY,
-                [m for m in mutants if m not in skip],
-                equivalent,
-                len(mutants),
-                (name,),
-                None,
+    def run_tests(checkout, tests, timeout, keyword=None, trace=None):
+        source = (checkout / "toy.py").read_text()
+        if trace is not None:
+            outcome = next(baselines)
+            Path(trace["out"]).write_text(
+                json.dumps(
+                    {
+                        "tests": {
+                            t: [s, outcome]
+                            for t, s in seconds.items()
+                            if t in tests or t.split("::")[0] in tests
+                        },
+                        "lines": {"toy.py": lines},
+                    }
+                )
             )
-        )
-    with tempfile.TemporaryDirectory() as tmp:
-        for j in range(2):
-            copy = Path(tmp) / f"copy{j}"
-            copy.mkdir()
-            (copy / "toy.py").write_text(TOY)
-            checkouts.put(copy)
-        mt.run_all(runs, checkouts, 2, 0.0)
-    # Thread timing decides the order of the calls; what must hold whatever it is: every
-    # baseline runs once, and the next module's baseline runs while the first's mutants do.
-    assert sorted(name for name, mutated in calls if not mutated) == ["first", "second", "third"]
-    assert not waited_in_vain, "the next baseline runs alongside the previous module's mutants"
-    for run in runs:
-        first_mutant = next(i for i, c in enumerate(calls) if c == (run.tests[0], True))
-        assert calls.index((run.tests[0], False)) < first_mutant
-        entry_ = run.entry()
-        assert entry_["equivalent"] == 2 and entry_["mutants_run"] == len(toy_mutants()) - 2
-        assert entry_["killed"] == entry_["mutants_run"] and entry_["score"] == 1.0
-    assert sum(1 for _, mutated in calls if mutated) == 3 * (len(toy_mutants()) - 2)
+            return outcome, 0.0
+        assert source != TOY, "a module's tests run unmutated only once, traced"
+        runs.append((list(tests), line_of[source]))
+        return outcome_of(tests), 0.01
+
+    return run_tests
 
 
-@pytest.mark.parametrize(
-    ("outcomes", "runs_mutants"), [(["failed", "passed"], True), (["failed", "failed"], False)]
-)
-def test_a_baseline_gets_one_retry_before_its_module_is_skipped(
-    monkeypatch, tmp_path, outcomes, runs_mutants
-):
-    """The other copy's run may collide with a baseline (ports, servers): a second failure
-    skips the module, a pass on the retry runs it and says the first try failed."""
-    baselines = iter(outcomes)
-
-    def fake_run_tests(checkout, tests, timeout, keyword=None):
-        if (checkout / "toy.py").read_text() == TOY:
-            return next(baselines), 0.01
-        return "failed", 0.01
-
-    monkeypatch.setattr(mt, "run_tests", fake_run_tests)
+def toy_run(tmp_path, mutants=None, equivalents=()):
+    (tmp_path / "test_toy.py").write_text("")
     (tmp_path / "toy.py").write_text(TOY)
     checkouts: queue.Queue[Path] = queue.Queue()
     checkouts.put(tmp_path)
-    mutants = toy_mutants()
-    run = mt.ModuleRun("toy.py", TOY, mutants, [], len(mutants), ("t",), None)
+    mutants = toy_mutants() if mutants is None else mutants
+    run = mt.ModuleRun("toy.py", TOY, mutants, list(equivalents), 7, ("test_toy.py",), None)
+    return run, checkouts
+
+
+def test_a_mutant_runs_first_the_tests_that_ran_its_lines_then_its_whole_list(
+    monkeypatch, tmp_path
+):
+    """The tests that ran a mutant's line go first, fastest first; when they all pass (or
+    none ran it), the whole list runs before it counts as a survivor. Lines run outside
+    any test (an import: context "") run the whole list at once; equivalents never run."""
+    every = toy_mutants()
+    listed = [(m, entry(m.scope)) for m in every if entry(m.scope).matches(m)]
+    mutants = [m for m in every if m not in {m for m, _ in listed}]
+    runs = []
+    seconds = {"test_toy.py::put": 0.5, "test_toy.py::take": 0.1, "test_toy.py::slow": 2.0}
+    lines = {"5": [""], "7": ["test_toy.py::put"], "11": ["test_toy.py::slow", "test_toy.py::take"]}
+    # put's tests miss its mutants (the whole list kills them); take's kill theirs at once
+    kills = lambda tests: "passed" if tests == ["test_toy.py::put"] else "failed"  # noqa: E731
+    monkeypatch.setattr(mt, "run_tests", fake_tests(runs, seconds, lines, kills))
+    run, checkouts = toy_run(tmp_path, mutants, listed)
     mt.run_all([run], checkouts, 1, 0.0)
-    entry = run.entry()
-    assert entry["baseline_first_try"] == "failed"
-    assert ("error" not in entry) is runs_mutants
-    assert entry["mutants_run"] == (len(mutants) if runs_mutants else 0)
+    assert sorted({line for _, line in runs}) == [7, 11], "the equivalents (lines 6, 10) wait"
+    assert ["test_toy.py::take", "test_toy.py::slow"] in [t for t, line in runs if line == 11]
+    assert all(t == ["test_toy.py::take", "test_toy.py::slow"] for t, ln in runs if ln == 11)
+    on_7 = [t for t, line in runs if line == 7]
+    assert on_7 == [["test_toy.py::put"], ["test_toy.py"]] * (len(on_7) // 2)
+    report = run.entry()
+    assert report["equivalent"] == 2 and report["killed"] == report["mutants_run"] == 7
+    assert report["whole_list_runs"] == len(on_7) // 2 == 2
+    assert report["baseline_s"] == 2.6 and report["timeout_s"] == 20.0
+
+
+@pytest.mark.parametrize(
+    ("baseline", "runs_mutants"), [(["failed", "passed"], True), (["failed", "failed"], False)]
+)
+def test_a_failing_baseline_test_gets_one_retry_before_its_module_is_skipped(
+    monkeypatch, tmp_path, baseline, runs_mutants
+):
+    """The other copy's run may collide with a baseline (ports, servers): the tests that
+    failed run once more; a second failure skips their module, a pass runs it and says the
+    first try failed."""
+    runs = []
+    seconds = {"test_toy.py::put": 0.5}
+    lines = {str(n): ["test_toy.py::put"] for n in range(5, 12)}
+    fake = fake_tests(runs, seconds, lines, lambda tests: "failed", baseline)
+    monkeypatch.setattr(mt, "run_tests", fake)
+    run, checkouts = toy_run(tmp_path)
+    mt.run_all([run], checkouts, 1, 0.0)
+    report = run.entry()
+    assert report["baseline_first_try"] == "failed"
+    assert ("error" not in report) is runs_mutants
+    assert report["mutants_run"] == len(runs) == (len(toy_mutants()) if runs_mutants else 0)

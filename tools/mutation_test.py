@@ -731,10 +731,11 @@ def load_equivalents(path: Path = EQUIVALENTS) -> list[Equivalent]:
     fields = {f.name for f in dataclasses.fields(Equivalent)}
     entries = []
     for i, raw in enumerate(json.loads(path.read_text())["equivalents"]):
-        if set(raw) != fields or not all(isinstance(v, str) and v.strip() for v in raw.values()):
+        texts = all(isinstance(v, str) for v in raw.values())
+        if set(raw) != fields or not texts or not all(raw[k].strip() for k in fields - {"scope"}):
             raise SystemExit(
-                f"{path.name}: entry {i} needs exactly these non-empty text fields: "
-                f"{', '.join(sorted(fields))}"
+                f"{path.name}: entry {i} needs exactly these text fields, non-empty but scope "
+                f"(empty at module level): {', '.join(sorted(fields))}"
             )
         entries.append(Equivalent(**raw))
     return entries
@@ -1060,7 +1061,7 @@ class Baseline:
 
     tests: dict[str, tuple[float, str]]
     lines: dict[str, dict[int, set[str]]]
-    retried: set[str]  # tests that failed once, then passed when run again
+    failed_first: set[str]  # tests that failed the first time (run once more: see outcomes)
 
 
 @dataclasses.dataclass
@@ -1088,7 +1089,7 @@ class ModuleRun:
         self.seconds = {n: baseline.tests[n][0] for n in self.node_ids}
         self.covered = baseline.lines.get(self.module, {})
         failed = any(baseline.tests[n][1] != "passed" for n in self.node_ids)
-        if any(n in baseline.retried for n in self.node_ids):
+        if any(n in baseline.failed_first for n in self.node_ids):
             self.first_baseline = "failed"
         self.baseline = ("failed" if failed or not self.node_ids else "passed", self.cost())
 
@@ -1166,12 +1167,18 @@ def run_baseline(runs: list[ModuleRun], checkouts: list[Path], tmp: Path) -> Bas
         for entry in run.tests:
             file, _, name = entry.partition("::")
             wanted.setdefault(file, set()).add(entry if name else "")
+
+    def size(file: str) -> int:
+        path = checkouts[0] / file
+        return path.stat().st_size if path.exists() else 0
+
     shares: list[list[str]] = [[] for _ in checkouts]
     load = [0] * len(checkouts)
-    for file in sorted(wanted, key=lambda f: -(checkouts[0] / f).stat().st_size):
+    for file in sorted(wanted, key=lambda f: -size(f)):
         i = load.index(min(load))
         shares[i] += [file] if "" in wanted[file] else sorted(wanted[file])
-        load[i] += (checkouts[0] / file).stat().st_size
+        load[i] += size(file)
+    shares = [share for share in shares if share]
     include = [str(c / run.module) for c in checkouts for run in runs]
 
     def traced(checkout: Path, tests: list[str], out: Path) -> dict:
@@ -1181,12 +1188,9 @@ def run_baseline(runs: list[ModuleRun], checkouts: list[Path], tmp: Path) -> Bas
             raise SystemExit(f"the unmutated tests wrote no trace; run them by hand: {tests}")
         return json.loads(out.read_text())
 
-    with ThreadPoolExecutor(max_workers=len(checkouts)) as pool:
-        parts = list(
-            pool.map(
-                traced, checkouts, shares, [tmp / f"trace{i}.json" for i in range(len(shares))]
-            )
-        )
+    outs = [tmp / f"trace{i}.json" for i in range(len(shares))]
+    with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+        parts = list(pool.map(traced, checkouts, shares, outs))
     tests = {n: (t[0], t[1]) for part in parts for n, t in part["tests"].items()}
     lines: dict[str, dict[int, set[str]]] = {}
     for part in parts:
@@ -1194,12 +1198,11 @@ def run_baseline(runs: list[ModuleRun], checkouts: list[Path], tmp: Path) -> Bas
             for line, names in by_line.items():
                 lines.setdefault(module, {}).setdefault(int(line), set()).update(names)
     failed = [n for n, (_, outcome) in tests.items() if outcome != "passed"]
-    retried: set[str] = set()
     if failed:
         again = traced(checkouts[0], failed, tmp / "retry.json")["tests"]
-        retried = {n for n in failed if again.get(n, [0, "failed"])[1] == "passed"}
-        tests.update({n: (tests[n][0], "passed") for n in retried})
-    return Baseline(tests, lines, retried)
+        passed = [n for n in failed if again.get(n, [0, "failed"])[1] == "passed"]
+        tests.update({n: (tests[n][0], "passed") for n in passed})
+    return Baseline(tests, lines, set(failed))
 
 
 def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, began: float) -> None:
