@@ -2,35 +2,23 @@
 is answered before any per-id work: the caller's own list comes back, and one id costs one
 comparison, which is what keeps `share`/`release` cheap on the hot path."""
 
-import sys
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from paged_kv.cache import block_ids
+from paged_kv.course.checks.cost import count_lines_by_function
 from paged_kv.errors import InvalidBlock
 
 
 def lines_run(fn: Callable[[], object]) -> int:
-    """Lines of block_ids.py that `fn()` executes."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        if frame.f_code.co_filename != block_ids.__file__:
-            return None
-        if event == "line":
-            count += 1
-        return tracer
-
-    previous = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        fn()
-    finally:
-        sys.settrace(previous)
-    return count
+    """Lines of block_ids.py's functions that `fn()` executes."""
+    by_function = count_lines_by_function(fn)[1]
+    mine = [
+        n for n, f in vars(block_ids).items() if getattr(f, "__module__", "") == block_ids.__name__
+    ]
+    return sum(by_function[name] for name in mine)
 
 
 @pytest.mark.parametrize("ids", [[0], [9], [0, 9, 4, 4], list(range(10))])
