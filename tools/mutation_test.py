@@ -416,9 +416,12 @@ KEYWORDS: dict[str, str] = {
 # Copied into each throwaway checkout: what the tests import and read.
 COPY = ("paged_kv", "tests", "tools", "pyproject.toml")
 # pyproject's addopts are for notebooks (nbval); dropping them saves ~3 s of imports per run.
+# Only hypothesis's plugin is loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD in the run's environment:
+# anyio's alone took 1.1 s a run) and asserts are not rewritten (1.3 s a run: a mutant is
+# killed by a failing assert, whatever its message says).
 PYTEST_ARGS = (
-    *("-x", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:xdist", "-o", "addopts="),
-    "--hypothesis-seed=0",
+    *("-x", "-q", "-p", "no:cacheprovider", "-p", "_hypothesis_pytestplugin", "-o", "addopts="),
+    *("--assert=plain", "--hypothesis-seed=0"),
 )
 
 
@@ -850,7 +853,7 @@ def export(dst: Path, rev: str | None) -> Path:
 # numpy and torch, which a fresh `python -m pytest` spends most of its ~4 s start on here; the
 # child imports paged_kv and the tests fresh from its checkout (the parent never imports them).
 _PREWARMED = r"""
-import json, os, sys
+import gc, json, os, sys
 import hypothesis, numpy, pytest, torch
 
 
@@ -884,6 +887,7 @@ class Traced:
             json.dump({"tests": self.tests, "lines": lines}, out)
 
 
+gc.freeze()  # what is imported stays: pytest's gc.collect() at exit took 0.2 s a run over it
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -935,7 +939,11 @@ class Prewarmed:
         """pytest's exit code for `args` in the checkout; None when it ran past `timeout`
         (then it is killed with everything it started). With `trace` ({"include": files,
         "out": path}) the run writes which test ran which line of those files to `out`."""
-        env = {"PYTHONPATH": str(self.checkout), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PYTHONPATH": str(self.checkout),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        }
         request = {"cwd": str(self.checkout), "env": env, "args": args, "trace": trace}
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
