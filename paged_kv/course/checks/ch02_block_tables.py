@@ -1,12 +1,8 @@
-"""Chapter 02 checks: a manager keeps one block table per sequence over a pool, grows it only
-when the last block is full, frees it tail first, and every call is all or nothing.
-
-The manager under test is `manager_cls(pool)` with `add_sequence(seq_id, token_ids)`,
-`append_tokens(seq_id, token_ids)`, `free_sequence(seq_id)`, `block_table(seq_id)`,
-`num_tokens(seq_id)` and `slot_mapping(seq_id, start=0, end=None)`. It and the library's
-`KVCacheManager` (prefix caching off) take the same random calls, each on a `BlockPool` of the
-same size (both hand out blocks in the same order), and must agree after every call.
-"""
+"""Chapter 02 checks: a manager (`manager_cls(pool)`, the interface of `KVCacheManager`
+without prefix caching) keeps one block table per sequence, grows it only when the last block
+is full, frees it tail first, all or nothing. It and the library's take the same random calls,
+each on a `BlockPool` of the same size (both hand out blocks in the same order), and must agree
+after every call."""
 
 from __future__ import annotations
 
@@ -24,7 +20,6 @@ from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import exercise, expect, passed, stage
 from paged_kv.course.checks.harness import (
-    Read,
     Trial,
     differential,
     fail_with,
@@ -153,7 +148,7 @@ def _intent(
     return seq, spans[(k + int(pick * 10)) % len(spans)]
 
 
-def _step(trial: Trial, state: tuple, op: tuple) -> list[Read]:
+def _step(trial: Trial, state: tuple, op: tuple) -> list:
     """One call on both managers, then what it must not do: return its own table (add),
     release the head first (free), call the library's slot_mapping (slots); then the reads."""
     (mine, ref, pool, tried), (kind, k, pick) = state, op
@@ -208,9 +203,9 @@ def _calls_of_library_slot_mapping() -> Iterator[list[str]]:
         sys.setprofile(previous)
 
 
-def _reads(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> list[Read]:
+def _reads(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> list:
     """Each live sequence's table (a copy of it) and length, and the pool's free blocks."""
-    reads: list[Read] = []
+    reads: list = []
     for seq in ref.sequence_ids:
         table = f"manager.block_table({seq!r})"
         got = trial.read(table, partial(mine.block_table, seq))
@@ -227,17 +222,13 @@ def _search(
 ) -> None:
     """Random trials: a pool (blocks, block size), then intents (kind, a number, a fraction)."""
     with stage("random trials on pools of up to 16 blocks"):
-        draw = intents(_pool_size, partial(_numbers, kinds), 40)
+        draw = intents(
+            lambda rng: (rng.randint(1, 16), rng.randint(1, 5)),
+            lambda rng, _: (rng.choice(kinds), rng.randint(0, 14), rng.random()),
+            40,
+        )
         play = differential(partial(_start, manager_cls), _step)
         search(play, draw, trials=trials, seed=seed, what=what)
-
-
-def _pool_size(rng: random.Random) -> tuple[int, int]:
-    return rng.randint(1, 16), rng.randint(1, 5)
-
-
-def _numbers(kinds: tuple[str, ...], rng: random.Random, size: Any) -> tuple[str, int, float]:
-    return rng.choice(kinds), rng.randint(0, 14), rng.random()
 
 
 @exercise(1, "add_sequence and free_sequence")

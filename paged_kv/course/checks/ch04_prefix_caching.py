@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -213,8 +214,7 @@ _FAILED += "and leaks the references taken)"
 
 
 def _state(pool: BlockPool) -> tuple:
-    order = pool.policy._order  # type: ignore[union-attr]  # the LRU a BlockPool makes
-    return tuple(map(pool.ref_count, range(pool.num_blocks))), tuple(order)
+    return eval(_STATE, {"pool": pool})  # (the policy: the LRU a BlockPool makes)
 
 
 def _table_of(pool: BlockPool, hits: list[int], num_blocks: int) -> list[int]:
@@ -259,7 +259,7 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
             tables.append(want)
 
     for scenario in _SCENARIOS:
-        fixed(lambda trial, ops=scenario: play(ops, trial))
+        fixed(partial(play, scenario))
     search(play, _draw_adds, trials=300, seed=seed, what="check_allocate_table")
     constant_work(
         _cached_pool,
