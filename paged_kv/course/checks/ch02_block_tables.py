@@ -106,16 +106,17 @@ class _RecordingPool(BlockPool):
         return freed
 
 
+_BLOCKS = "a prompt of n tokens takes ceil(n / block_size) blocks"
+_SHORT = "the id is not live, or the pool is short: an unknown id is refused even with nothing "
+_SHORT += "to append"
+_SLOT = "token t lives at table[t // block_size] * block_size + t % block_size; only end=None "
+_SLOT += "means the sequence's length (end=0 is an empty range)"
 _CALLS = {  # an intent's kind: the method both managers get, why it may refuse, what to do
-    "add": ("add_sequence", "a live id, an empty prompt, or too few free blocks",
-            "a prompt of n tokens takes ceil(n / block_size) blocks"),
-    "append": ("append_tokens", "the id is not live, or the pool is short: an unknown id is "
-               "refused even with nothing to append", "a new block only when the last is full"),
+    "add": ("add_sequence", "a live id, an empty prompt, or too few free blocks", _BLOCKS),
+    "append": ("append_tokens", _SHORT, "a new block only when the last is full"),
     "free": ("free_sequence", "the id is not live", ""),
-    "slots": ("slot_mapping", "the id is not live, or not 0 <= start <= end <= its length",
-              "token t lives at table[t // block_size] * block_size + t % block_size; only "
-              "end=None means the sequence's length (end=0 is an empty range)"),
-}  # fmt: skip
+    "slots": ("slot_mapping", "the id is not live, or not 0 <= start <= end <= its length", _SLOT),
+}
 
 
 def _start(manager_cls: Callable[[Any], Any], size: tuple[int, int], trial: Trial) -> tuple:
