@@ -30,9 +30,10 @@ FIELDS = struct.Struct(f"<4sHBB{MAX_DIMS}I32s32sQI")
 _AT = dict(magic=0, version=1, code=2, ndim=3, dims=slice(4, 10), length=12, crc=13)
 FP, OTHER_FP, BH, OTHER_BH = (hashlib.sha256(b"%d" % i).digest() for i in range(4))
 Blob = namedtuple("Blob", "what blob fingerprint block_hash case", defaults=(FP, BH, None))
-# the reasons, in the order decode checks them (the table of the chapter)
-REASONS = ("truncated", "bad magic", "header checksum", "version", "bad header", "length")
-REASONS += ("foreign fingerprint", "foreign block", "payload checksum")
+REASONS = (  # the reasons, in the order decode checks them (the table of the chapter)
+    *("truncated", "bad magic", "header checksum", "version", "bad header", "length"),
+    *("foreign fingerprint", "foreign block", "payload checksum"),
+)
 _ROW = {reason: row for row, reason in enumerate(REASONS)}
 _ORDER = "Raise CorruptBlock(message, reason=...), checking in this order: " + ", ".join(REASONS)
 _LAYOUT = "magic 0-3, version 4-5, dtype 6, ndim 7, shape 8-31, fingerprint 32-63, block hash "
@@ -156,7 +157,7 @@ class Tier:
         return self.name
 
 
-def _run_case(fn: Callable[..., Any], keys: list[str], held: list[Any], trial: Trial) -> None:
+def _run_case(trial: Trial, fn: Callable[..., Any], keys: list[str], held: list[Any]) -> None:
     """`fn(keys, tiers)` gives the library's run, asking no tier more often than it does."""
     tiers: list[Any] = [Tier(n, k) for n, k in held]
     want, asked = longest_run(keys, tiers), [t.calls for t in tiers]
@@ -191,14 +192,14 @@ def check_longest_run(fn: Callable[[list[str], list[Any]], list[Any]]) -> None:
         (keys[5:], [("host", ["k0"]), ("disk", keys[:3])]),
         (keys[:6], [("host", keys[:6]), ("disk", keys)]),
     ]:
-        fixed(partial(_run_case, fn, ks, held))
+        fixed(lambda trial, ks=ks, held=held: _run_case(trial, fn, ks, held))
 
     def draw(rng: random.Random) -> list[Any]:
         ks = [f"x{i}" for i in range(rng.randint(0, 10))]
         names = rng.sample(["host", "disk", "remote"], rng.randint(1, 3))
         return [(ks, [(n, [k for k in ks if rng.random() < 0.5]) for n in names])]
 
-    play = lambda ops, trial: _run_case(fn, *ops[0], trial)  # noqa: E731
+    play = lambda ops, trial: _run_case(trial, fn, *ops[0])  # noqa: E731
     search(play, draw, trials=200, seed=5, what="check_longest_run")
     passed("the longest run across tiers, whole runs from the first tier, stopping at the gap")
 
