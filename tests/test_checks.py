@@ -54,19 +54,11 @@ def test_grow_that_always_allocates_is_caught():
         checks.check_grow_block_table(wrong)
 
 
-def library_share_cached_prefix(pool, cache, hashes, num_prompt_tokens):
-    """What KVCacheManager.add_sequence does with the library's pieces."""
-    hits = cache.longest_prefix(hashes[: (num_prompt_tokens - 1) // pool.block_size])
-    pool.share(hits)
-    return hits
-
-
 def test_library_passes_the_prefix_caching_checks():
     from paged_kv.cache.block_table import copy_on_write
     from paged_kv.cache.hashing import block_hashes
 
     checks.check_chained_hash(block_hashes)
-    checks.check_share_cached_prefix(library_share_cached_prefix)
     checks.check_copy_on_write(copy_on_write)
 
 
@@ -81,16 +73,6 @@ def test_an_unchained_hash_is_caught():
 
     with pytest.raises(checks.CheckFailed, match="chain the parent"):
         checks.check_chained_hash(per_block)
-
-
-def test_a_lookup_that_covers_the_last_token_is_caught():
-    def greedy(pool, cache, hashes, num_prompt_tokens):
-        hits = cache.longest_prefix(hashes)
-        pool.share(hits)
-        return hits
-
-    with pytest.raises(checks.CheckFailed, match="last prompt token"):
-        checks.check_share_cached_prefix(greedy)
 
 
 def test_a_copy_that_forgets_the_old_reference_is_caught():

@@ -129,7 +129,7 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
     """`fn(index, hashes, num_prompt_tokens, block_size)`: the blocks of the longest run of
     `hashes` from the start in `index` (read-only), never the last token, as `PrefixCache`."""
 
-    def look_up(trial: Trial, cache: PrefixCache, hashes: list, n: int, size: int, *_: Any):
+    def look_up(trial: Trial, cache: PrefixCache, hashes: list, n: int, size: int):
         index, cap = dict(cache.block_of_hash()), (n - 1) // size
         line = f"cached_prefix(index, hashes, {n}, {size})"
         trial.note("index = dict(cache.block_of_hash())")
@@ -162,18 +162,14 @@ def _missing_first(size: int) -> tuple[SimpleNamespace, list[bytes]]:
 
 
 def _prefix_play(look_up: Callable[..., None]) -> Callable[[list, Trial], None]:
-    """Blocks cached (kept in two pools alike, the even ones released), holes, then `look_up`."""
+    """Blocks cached, holes, then `look_up`."""
 
     def play(ops: list[Any], trial: Trial) -> None:
         (size, prompt), cache, block = ops[0], PrefixCache(), 0
-        pools = BlockPool(64, size), BlockPool(64, size)
         trial.note("cache = PrefixCache()")
         for kind, arg in ops[1:]:
             if kind == "cache":
                 hashes = block_hashes(arg, size)
-                for pool in pools:
-                    pool.keep_content(pool.allocate(len(hashes)))
-                    pool.release(range(block, block + len(hashes), 2))
                 trial.note(_REGISTER.format(arg, size, block))
                 for b, digest in enumerate(hashes, block):
                     cache.register(b, digest)
@@ -182,7 +178,7 @@ def _prefix_play(look_up: Callable[..., None]) -> Callable[[list, Trial], None]:
                 trial.note(f"cache.forget({arg})")
                 cache.forget(arg)
         trial.note(f"hashes = block_hashes({prompt}, {size})")
-        look_up(trial, cache, block_hashes(prompt, size), len(prompt), size, *pools)
+        look_up(trial, cache, block_hashes(prompt, size), len(prompt), size)
 
     return play
 
@@ -299,24 +295,6 @@ def _cached_pool(size: int) -> tuple[BlockPool, int]:
     pool.keep_content(pool.allocate(4))
     pool.release([0, 1, 2, 3])  # cached: hits
     return pool, size
-
-
-def check_share_cached_prefix(fn: Callable[..., list[int]]) -> None:
-    """`fn(pool, cache, hashes, num_prompt_tokens)` shares the longest cached run of `hashes`,
-    never covering the last prompt token, one reference on each block it returns."""
-
-    def look_up(trial: Trial, cache: PrefixCache, hashes: list, n: int, size: int, *pools: Any):
-        (mine, ref), hits = pools, cache.longest_prefix(hashes[: (n - 1) // size])
-        trial.same(
-            f"share_cached_prefix(pool, cache, hashes, {n})",
-            lambda: list(fn(mine, cache, hashes, n)),
-            lambda: [ref.share(hits), hits][1],
-            hint="the longest cached run of the hashes, never covering the last prompt token",
-        )
-        trial.expect(_STATE, _state(mine), _state(ref), "one more reference on each hit")
-
-    search(_prefix_play(look_up), _draw_prefix, trials=300, seed=0, what="share")
-    passed("share cached prefix")
 
 
 def check_copy_on_write(fn: Callable[..., tuple[int, int] | None]) -> None:
