@@ -6,9 +6,8 @@ after every call."""
 
 from __future__ import annotations
 
-import random
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from types import FrameType
@@ -18,7 +17,7 @@ from paged_kv.cache import block_table as library
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course.checks import causes
-from paged_kv.course.checks.failures import exercise, expect, passed, stage
+from paged_kv.course.checks.failures import exercise, passed, stage
 from paged_kv.course.checks.harness import (
     Trial,
     differential,
@@ -28,69 +27,7 @@ from paged_kv.course.checks.harness import (
     name_of,
     search,
 )
-from paged_kv.errors import OutOfBlocks
 from paged_kv.study.operations import Add, Append, Free, decode_workload
-
-# -- the library's block-table functions ------------------------------------------------------
-
-
-def _agrees(
-    name: str, fn: Callable[..., Any], cases: list[tuple[Any, ...]], hint: str = ""
-) -> None:
-    """`fn(*case)` gives what the library's function `name` gives, on every case."""
-    for case in cases:
-        want, got = getattr(library, name)(*case), fn(*case)
-        got = list(got) if name == "slot_mapping" else got
-        said = f"{name}({', '.join(map(repr, case))}) should be {want}, got {got}.{hint}"
-        expect(got == want, said, causes.WRONG_RESULT)
-
-
-def check_blocks_needed(fn: Callable[[int, int], int]) -> None:
-    """`fn(num_tokens, block_size)` is the number of blocks that hold `num_tokens` tokens."""
-    rng = random.Random(0)
-    drawn = [(rng.randint(0, 10_000), rng.randint(1, 64)) for _ in range(1000)]
-    _agrees("blocks_needed", fn, [(0, 16), (1, 16), (16, 16), (17, 16), (33, 1), *drawn])
-    passed("blocks_needed")
-
-
-def check_slot_mapping(fn: Callable[[Sequence[int], int, int, int], list[int]]) -> None:
-    """`fn(block_table, block_size, start, end)` gives the slots of tokens start..end-1."""
-    hint = " With table [7, 2] in blocks of 4, block 7 holds tokens 0-3 and block 2 tokens 4-5."
-    _agrees("slot_mapping", fn, [([7, 2], 4, 0, 6)], hint)
-    rng, drawn = random.Random(0), []
-    for _ in range(500):
-        size, table = rng.randint(1, 16), rng.sample(range(64), rng.randint(1, 8))
-        start = rng.randint(0, len(table) * size)
-        drawn.append((table, size, start, rng.randint(start, len(table) * size)))
-    _agrees("slot_mapping", fn, drawn)
-    passed("slot_mapping")
-
-
-def check_grow_block_table(fn: Callable[[BlockPool, list[int], int, int], list[int]]) -> None:
-    """`fn(pool, table, num_tokens, num_new)` adds the blocks the library's `grow_block_table`
-    adds (only those needed), all or nothing, each on its own `BlockPool`."""
-
-    def draw(rng: random.Random) -> list[Any]:
-        size = rng.randint(1, 8)
-        return [(size, rng.randint(1, 12))] + [rng.randint(0, 2 * size) for _ in range(20)]
-
-    def play(ops: list[Any], trial: Trial) -> None:
-        (size, blocks), table, want, tokens = ops[0], [], [], 0
-        pool, ref = BlockPool(blocks, size), BlockPool(blocks, size)
-        trial.note(f"pool, table = BlockPool({blocks}, {size}), []")
-        for extra in ops[1:]:
-            _, grown = trial.same(
-                f"grow_block_table(pool, table, {tokens}, {extra})",
-                partial(fn, pool, table, tokens, extra),
-                partial(library.grow_block_table, ref, want, tokens, extra),
-            )
-            trial.expect("table", table, want, "allocate first, then extend")
-            trial.expect("pool.num_free", pool.num_free, ref.num_free)
-            tokens += 0 if isinstance(grown, OutOfBlocks) else extra
-
-    search(play, draw, trials=100, seed=0, what="check_grow_block_table")
-    passed("grow_block_table")
-
 
 # -- the learner's manager against the library's -----------------------------------------------
 

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from paged_kv.cache.block_pool import BlockPool
-from paged_kv.cache.block_table import copy_on_write
 from paged_kv.cache.hashing import block_hashes
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.prefix_cache import PrefixCache
@@ -295,31 +294,6 @@ def _cached_pool(size: int) -> tuple[BlockPool, int]:
     pool.keep_content(pool.allocate(4))
     pool.release([0, 1, 2, 3])  # cached: hits
     return pool, size
-
-
-def check_copy_on_write(fn: Callable[..., tuple[int, int] | None]) -> None:
-    """`fn(pool, block_table, num_tokens)` copies a shared, partly filled last block first,
-    and changes nothing when no block can be had for the copy."""
-
-    def scenario(trial: Trial) -> None:
-        # pool size, table length, the first block shared, then each call's num_tokens
-        for size, length, first, *calls in ((8, 2, 0, 6, 6), (8, 1, 0, 4), (2, 2, 1, 5)):
-            pools = BlockPool(size, 4), BlockPool(size, 4)
-            tables = [pool.allocate(length) for pool in pools]
-            for pool, table in zip(pools, tables, strict=True):
-                pool.share(table[first:])
-            trial.note(f"pool = BlockPool({size}, 4); table = pool.allocate({length})")
-            trial.note(f"pool.share(table[{first}:])")
-            for n in calls:
-                mine = lambda n=n, p=pools[0], t=tables[0]: fn(p, t, n)  # noqa: E731
-                theirs = lambda n=n, p=pools[1], t=tables[1]: copy_on_write(p, t, n)  # noqa: E731
-                trial.same(f"copy_on_write(pool, table, {n})", mine, theirs, why="no free block")
-                hint = "the shared block should lose this table's reference, the copy have one"
-                got, want = ((t, _state(p)) for p, t in zip(pools, tables, strict=True))
-                trial.expect(f"table, {_STATE}", got, want, hint)
-
-    fixed(scenario)
-    passed("copy-on-write")
 
 
 _HOOKS = ("block_hasher", "prefix_lookup", "allocate_table")
