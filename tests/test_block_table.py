@@ -4,13 +4,6 @@ from hypothesis import strategies as st
 
 from paged_kv import BlockPool, InvalidArgument, OutOfBlocks
 from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_mapping
-from paged_kv.course import checks
-
-
-def test_library_functions_pass_the_exercise_checks():
-    checks.check_blocks_needed(blocks_needed)
-    checks.check_slot_mapping(slot_mapping)
-    checks.check_grow_block_table(grow_block_table)
 
 
 @given(st.integers(0, 10_000), st.integers(1, 64))

@@ -1,108 +1,15 @@
-"""The checks of the library's own block-table and prefix-caching functions (chapters 02 and
-04 name them), and the harness every exercise check stands on: shrunk replays, watched
-arguments, the time cap, counted work. The exercises' wrong answers are data, in
+"""The harness every exercise check stands on: shrunk replays, watched arguments, the time
+cap, counted work. The exercises' checks are tested by their wrong answers, which are data in
 tests/wrong/ (see test_wrong_answers.py)."""
 
 import time
 
 import pytest
 
-from paged_kv.cache.block_table import blocks_needed, grow_block_table, slot_mapping
 from paged_kv.course import checks
 from paged_kv.course.checks import causes, failures
 from paged_kv.course.checks.cost import Meter, count_lines_executed, counting
 from paged_kv.course.checks.harness import Trial, differential, intents, search
-
-
-def test_the_library_passes_its_own_function_checks():
-    checks.check_blocks_needed(blocks_needed)
-    checks.check_slot_mapping(slot_mapping)
-    checks.check_grow_block_table(grow_block_table)
-
-
-def test_off_by_one_blocks_needed_is_caught():
-    with pytest.raises(checks.CheckFailed, match=r"blocks_needed\(0, 16\) should be 0, got 1"):
-        checks.check_blocks_needed(lambda t, s: t // s + 1)
-
-
-def test_slot_mapping_with_block_index_instead_of_id_is_caught():
-    def wrong(table, size, start, end):
-        return list(range(start, end))  # forgets the table
-
-    with pytest.raises(checks.CheckFailed, match=r"\[28, 29, 30, 31, 8, 9\]"):
-        checks.check_slot_mapping(wrong)
-
-
-def test_grow_that_extends_before_allocating_is_caught():
-    def wrong(pool, table, num_tokens, num_new):
-        need = blocks_needed(num_tokens + num_new, pool.block_size) - len(table)
-        table.extend([-1] * need)
-        table[len(table) - need :] = pool.allocate(need)
-        return table[len(table) - need :]
-
-    with pytest.raises(checks.CheckFailed, match="Allocate first"):
-        checks.check_grow_block_table(wrong)
-
-
-def test_grow_that_always_allocates_is_caught():
-    def wrong(pool, table, num_tokens, num_new):
-        new = pool.allocate(1)
-        table.extend(new)
-        return new
-
-    with pytest.raises(checks.CheckFailed):
-        checks.check_grow_block_table(wrong)
-
-
-def library_share_cached_prefix(pool, cache, hashes, num_prompt_tokens):
-    """What KVCacheManager.add_sequence does with the library's pieces."""
-    hits = cache.longest_prefix(hashes[: (num_prompt_tokens - 1) // pool.block_size])
-    pool.share(hits)
-    return hits
-
-
-def test_library_passes_the_prefix_caching_checks():
-    from paged_kv.cache.block_table import copy_on_write
-    from paged_kv.cache.hashing import block_hashes
-
-    checks.check_chained_hash(block_hashes)
-    checks.check_share_cached_prefix(library_share_cached_prefix)
-    checks.check_copy_on_write(copy_on_write)
-
-
-def test_an_unchained_hash_is_caught():
-    import hashlib
-
-    def per_block(tokens, size, salt=None):
-        return [
-            hashlib.sha256(repr((salt, tokens[i : i + size])).encode()).digest()
-            for i in range(0, len(tokens) - size + 1, size)
-        ]
-
-    with pytest.raises(checks.CheckFailed, match="chain the parent"):
-        checks.check_chained_hash(per_block)
-
-
-def test_a_lookup_that_covers_the_last_token_is_caught():
-    def greedy(pool, cache, hashes, num_prompt_tokens):
-        hits = cache.longest_prefix(hashes)
-        pool.share(hits)
-        return hits
-
-    with pytest.raises(checks.CheckFailed, match="last prompt token"):
-        checks.check_share_cached_prefix(greedy)
-
-
-def test_a_copy_that_forgets_the_old_reference_is_caught():
-    def leaky(pool, table, num_tokens):
-        if num_tokens % pool.block_size == 0 or pool.ref_count(table[-1]) == 1:
-            return None
-        [new] = pool.allocate(1)
-        old, table[-1] = table[-1], new
-        return old, new
-
-    with pytest.raises(checks.CheckFailed, match="lose this table's reference"):
-        checks.check_copy_on_write(leaky)
 
 
 def test_a_failing_trial_is_shrunk_to_the_lines_that_still_fail():

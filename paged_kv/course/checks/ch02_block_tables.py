@@ -1,18 +1,13 @@
-"""Chapter 02 checks: a manager keeps one block table per sequence over a pool, grows it only
-when the last block is full, frees it tail first, and every call is all or nothing.
-
-The manager under test is `manager_cls(pool)` with `add_sequence(seq_id, token_ids)`,
-`append_tokens(seq_id, token_ids)`, `free_sequence(seq_id)`, `block_table(seq_id)`,
-`num_tokens(seq_id)` and `slot_mapping(seq_id, start=0, end=None)`. It and the library's
-`KVCacheManager` (prefix caching off) take the same random calls, each on a `BlockPool` of the
-same size (both hand out blocks in the same order), and must agree after every call.
-"""
+"""Chapter 02 checks: a manager (`manager_cls(pool)`, the interface of `KVCacheManager`
+without prefix caching) keeps one block table per sequence, grows it only when the last block
+is full, frees it tail first, all or nothing. It and the library's take the same random calls,
+each on a `BlockPool` of the same size (both hand out blocks in the same order), and must agree
+after every call."""
 
 from __future__ import annotations
 
-import random
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from types import FrameType
@@ -22,9 +17,8 @@ from paged_kv.cache import block_table as library
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course.checks import causes
-from paged_kv.course.checks.failures import exercise, expect, passed, stage
+from paged_kv.course.checks.failures import exercise, passed, stage
 from paged_kv.course.checks.harness import (
-    Read,
     Trial,
     differential,
     fail_with,
@@ -33,69 +27,7 @@ from paged_kv.course.checks.harness import (
     name_of,
     search,
 )
-from paged_kv.errors import OutOfBlocks
 from paged_kv.study.operations import Add, Append, Free, decode_workload
-
-# -- the library's block-table functions ------------------------------------------------------
-
-
-def _agrees(
-    name: str, fn: Callable[..., Any], cases: list[tuple[Any, ...]], hint: str = ""
-) -> None:
-    """`fn(*case)` gives what the library's function `name` gives, on every case."""
-    for case in cases:
-        want, got = getattr(library, name)(*case), fn(*case)
-        got = list(got) if name == "slot_mapping" else got
-        said = f"{name}({', '.join(map(repr, case))}) should be {want}, got {got}.{hint}"
-        expect(got == want, said, causes.WRONG_RESULT)
-
-
-def check_blocks_needed(fn: Callable[[int, int], int]) -> None:
-    """`fn(num_tokens, block_size)` is the number of blocks that hold `num_tokens` tokens."""
-    rng = random.Random(0)
-    drawn = [(rng.randint(0, 10_000), rng.randint(1, 64)) for _ in range(1000)]
-    _agrees("blocks_needed", fn, [(0, 16), (1, 16), (16, 16), (17, 16), (33, 1), *drawn])
-    passed("blocks_needed")
-
-
-def check_slot_mapping(fn: Callable[[Sequence[int], int, int, int], list[int]]) -> None:
-    """`fn(block_table, block_size, start, end)` gives the slots of tokens start..end-1."""
-    hint = " With table [7, 2] in blocks of 4, block 7 holds tokens 0-3 and block 2 tokens 4-5."
-    _agrees("slot_mapping", fn, [([7, 2], 4, 0, 6)], hint)
-    rng, drawn = random.Random(0), []
-    for _ in range(500):
-        size, table = rng.randint(1, 16), rng.sample(range(64), rng.randint(1, 8))
-        start = rng.randint(0, len(table) * size)
-        drawn.append((table, size, start, rng.randint(start, len(table) * size)))
-    _agrees("slot_mapping", fn, drawn)
-    passed("slot_mapping")
-
-
-def check_grow_block_table(fn: Callable[[BlockPool, list[int], int, int], list[int]]) -> None:
-    """`fn(pool, table, num_tokens, num_new)` adds the blocks the library's `grow_block_table`
-    adds (only those needed), all or nothing, each on its own `BlockPool`."""
-
-    def draw(rng: random.Random) -> list[Any]:
-        size = rng.randint(1, 8)
-        return [(size, rng.randint(1, 12))] + [rng.randint(0, 2 * size) for _ in range(20)]
-
-    def play(ops: list[Any], trial: Trial) -> None:
-        (size, blocks), table, want, tokens = ops[0], [], [], 0
-        pool, ref = BlockPool(blocks, size), BlockPool(blocks, size)
-        trial.note(f"pool, table = BlockPool({blocks}, {size}), []")
-        for extra in ops[1:]:
-            _, grown = trial.same(
-                f"grow_block_table(pool, table, {tokens}, {extra})",
-                partial(fn, pool, table, tokens, extra),
-                partial(library.grow_block_table, ref, want, tokens, extra),
-            )
-            trial.expect("table", table, want, "allocate first, then extend")
-            trial.expect("pool.num_free", pool.num_free, ref.num_free)
-            tokens += 0 if isinstance(grown, OutOfBlocks) else extra
-
-    search(play, draw, trials=100, seed=0, what="check_grow_block_table")
-    passed("grow_block_table")
-
 
 # -- the learner's manager against the library's -----------------------------------------------
 
@@ -111,16 +43,17 @@ class _RecordingPool(BlockPool):
         return freed
 
 
+_BLOCKS = "a prompt of n tokens takes ceil(n / block_size) blocks"
+_SHORT = "the id is not live, or the pool is short: an unknown id is refused even with nothing "
+_SHORT += "to append"
+_SLOT = "token t lives at table[t // block_size] * block_size + t % block_size; only end=None "
+_SLOT += "means the sequence's length (end=0 is an empty range)"
 _CALLS = {  # an intent's kind: the method both managers get, why it may refuse, what to do
-    "add": ("add_sequence", "a live id, an empty prompt, or too few free blocks",
-            "a prompt of n tokens takes ceil(n / block_size) blocks"),
-    "append": ("append_tokens", "the id is not live, or the pool is short: an unknown id is "
-               "refused even with nothing to append", "a new block only when the last is full"),
+    "add": ("add_sequence", "a live id, an empty prompt, or too few free blocks", _BLOCKS),
+    "append": ("append_tokens", _SHORT, "a new block only when the last is full"),
     "free": ("free_sequence", "the id is not live", ""),
-    "slots": ("slot_mapping", "the id is not live, or not 0 <= start <= end <= its length",
-              "token t lives at table[t // block_size] * block_size + t % block_size; only "
-              "end=None means the sequence's length (end=0 is an empty range)"),
-}  # fmt: skip
+    "slots": ("slot_mapping", "the id is not live, or not 0 <= start <= end <= its length", _SLOT),
+}
 
 
 def _start(manager_cls: Callable[[Any], Any], size: tuple[int, int], trial: Trial) -> tuple:
@@ -153,7 +86,7 @@ def _intent(
     return seq, spans[(k + int(pick * 10)) % len(spans)]
 
 
-def _step(trial: Trial, state: tuple, op: tuple) -> list[Read]:
+def _step(trial: Trial, state: tuple, op: tuple) -> list:
     """One call on both managers, then what it must not do: return its own table (add),
     release the head first (free), call the library's slot_mapping (slots); then the reads."""
     (mine, ref, pool, tried), (kind, k, pick) = state, op
@@ -208,9 +141,9 @@ def _calls_of_library_slot_mapping() -> Iterator[list[str]]:
         sys.setprofile(previous)
 
 
-def _reads(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> list[Read]:
+def _reads(trial: Trial, mine: Any, ref: KVCacheManager, pool: BlockPool) -> list:
     """Each live sequence's table (a copy of it) and length, and the pool's free blocks."""
-    reads: list[Read] = []
+    reads: list = []
     for seq in ref.sequence_ids:
         table = f"manager.block_table({seq!r})"
         got = trial.read(table, partial(mine.block_table, seq))
@@ -227,17 +160,13 @@ def _search(
 ) -> None:
     """Random trials: a pool (blocks, block size), then intents (kind, a number, a fraction)."""
     with stage("random trials on pools of up to 16 blocks"):
-        draw = intents(_pool_size, partial(_numbers, kinds), 40)
+        draw = intents(
+            lambda rng: (rng.randint(1, 16), rng.randint(1, 5)),
+            lambda rng, _: (rng.choice(kinds), rng.randint(0, 14), rng.random()),
+            40,
+        )
         play = differential(partial(_start, manager_cls), _step)
         search(play, draw, trials=trials, seed=seed, what=what)
-
-
-def _pool_size(rng: random.Random) -> tuple[int, int]:
-    return rng.randint(1, 16), rng.randint(1, 5)
-
-
-def _numbers(kinds: tuple[str, ...], rng: random.Random, size: Any) -> tuple[str, int, float]:
-    return rng.choice(kinds), rng.randint(0, 14), rng.random()
 
 
 @exercise(1, "add_sequence and free_sequence")

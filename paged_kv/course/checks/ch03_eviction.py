@@ -53,7 +53,7 @@ class _PolicyCheck:
 
     def run(self, seed: int) -> None:
         with stage("random trials on 8 blocks"):
-            draw = intents(self.window, self.intent, 60)
+            draw = intents(lambda rng: rng.randint(1, 6) if self.aging else 0, self.intent, 60)
             search(
                 differential(self.start, self.step), draw, trials=150, seed=seed, what=self.check
             )
@@ -64,18 +64,16 @@ class _PolicyCheck:
             fixed(partial(play, [4 if self.aging else 0, *_RULES]))
 
     def built(self, window: int, trial: Trial | None = None) -> Any:
-        """The learner's policy (with `window` if it ages), built in `trial` or under `call`."""
+        """The learner's policy (with `window` if it ages), built in `trial` or under `call`;
+        its `key_of` names a block's content, so that a victim must be the block itself."""
         line = f"policy = {self.name}({f'window={window}' if self.aging else ''})"
         line += "; policy.key_of = lambda b: f'content-{b}'"
         return (trial.run if trial else call)(line, self._made, window)
 
     def _made(self, window: int) -> Any:
         policy = self.cls(window=window) if self.aging else self.cls()
-        policy.key_of = lambda b: f"content-{b}"  # so that a victim must be the block itself
+        policy.key_of = lambda b: f"content-{b}"
         return policy
-
-    def window(self, rng: random.Random) -> int:
-        return rng.randint(1, 6) if self.aging else 0
 
     def intent(self, rng: random.Random, window: int) -> tuple[str, tuple]:
         kind, block, count = rng.choice(self.kinds), rng.randrange(8), rng.choice(_SET)

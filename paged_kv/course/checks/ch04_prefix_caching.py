@@ -9,11 +9,11 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
 from paged_kv.cache.block_pool import BlockPool
-from paged_kv.cache.block_table import copy_on_write
 from paged_kv.cache.hashing import block_hashes
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.prefix_cache import PrefixCache
@@ -128,7 +128,7 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
     """`fn(index, hashes, num_prompt_tokens, block_size)`: the blocks of the longest run of
     `hashes` from the start in `index` (read-only), never the last token, as `PrefixCache`."""
 
-    def look_up(trial: Trial, cache: PrefixCache, hashes: list, n: int, size: int, *_: Any):
+    def look_up(trial: Trial, cache: PrefixCache, hashes: list, n: int, size: int):
         index, cap = dict(cache.block_of_hash()), (n - 1) // size
         line = f"cached_prefix(index, hashes, {n}, {size})"
         trial.note("index = dict(cache.block_of_hash())")
@@ -161,18 +161,14 @@ def _missing_first(size: int) -> tuple[SimpleNamespace, list[bytes]]:
 
 
 def _prefix_play(look_up: Callable[..., None]) -> Callable[[list, Trial], None]:
-    """Blocks cached (kept in two pools alike, the even ones released), holes, then `look_up`."""
+    """Blocks cached, holes, then `look_up`."""
 
     def play(ops: list[Any], trial: Trial) -> None:
         (size, prompt), cache, block = ops[0], PrefixCache(), 0
-        pools = BlockPool(64, size), BlockPool(64, size)
         trial.note("cache = PrefixCache()")
         for kind, arg in ops[1:]:
             if kind == "cache":
                 hashes = block_hashes(arg, size)
-                for pool in pools:
-                    pool.keep_content(pool.allocate(len(hashes)))
-                    pool.release(range(block, block + len(hashes), 2))
                 trial.note(_REGISTER.format(arg, size, block))
                 for b, digest in enumerate(hashes, block):
                     cache.register(b, digest)
@@ -181,7 +177,7 @@ def _prefix_play(look_up: Callable[..., None]) -> Callable[[list, Trial], None]:
                 trial.note(f"cache.forget({arg})")
                 cache.forget(arg)
         trial.note(f"hashes = block_hashes({prompt}, {size})")
-        look_up(trial, cache, block_hashes(prompt, size), len(prompt), size, *pools)
+        look_up(trial, cache, block_hashes(prompt, size), len(prompt), size)
 
     return play
 
@@ -213,8 +209,7 @@ _FAILED += "and leaks the references taken)"
 
 
 def _state(pool: BlockPool) -> tuple:
-    order = pool.policy._order  # type: ignore[union-attr]  # the LRU a BlockPool makes
-    return tuple(map(pool.ref_count, range(pool.num_blocks))), tuple(order)
+    return eval(_STATE, {"pool": pool})  # (the policy: the LRU a BlockPool makes)
 
 
 def _table_of(pool: BlockPool, hits: list[int], num_blocks: int) -> list[int]:
@@ -259,7 +254,7 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
             tables.append(want)
 
     for scenario in _SCENARIOS:
-        fixed(lambda trial, ops=scenario: play(ops, trial))
+        fixed(partial(play, scenario))
     search(play, _draw_adds, trials=300, seed=seed, what="check_allocate_table")
     constant_work(
         _cached_pool,
@@ -299,49 +294,6 @@ def _cached_pool(size: int) -> tuple[BlockPool, int]:
     pool.keep_content(pool.allocate(4))
     pool.release([0, 1, 2, 3])  # cached: hits
     return pool, size
-
-
-def check_share_cached_prefix(fn: Callable[..., list[int]]) -> None:
-    """`fn(pool, cache, hashes, num_prompt_tokens)` shares the longest cached run of `hashes`,
-    never covering the last prompt token, one reference on each block it returns."""
-
-    def look_up(trial: Trial, cache: PrefixCache, hashes: list, n: int, size: int, *pools: Any):
-        (mine, ref), hits = pools, cache.longest_prefix(hashes[: (n - 1) // size])
-        trial.same(
-            f"share_cached_prefix(pool, cache, hashes, {n})",
-            lambda: list(fn(mine, cache, hashes, n)),
-            lambda: [ref.share(hits), hits][1],
-            hint="the longest cached run of the hashes, never covering the last prompt token",
-        )
-        trial.expect(_STATE, _state(mine), _state(ref), "one more reference on each hit")
-
-    search(_prefix_play(look_up), _draw_prefix, trials=300, seed=0, what="share")
-    passed("share cached prefix")
-
-
-def check_copy_on_write(fn: Callable[..., tuple[int, int] | None]) -> None:
-    """`fn(pool, block_table, num_tokens)` copies a shared, partly filled last block first,
-    and changes nothing when no block can be had for the copy."""
-
-    def scenario(trial: Trial) -> None:
-        # pool size, table length, the first block shared, then each call's num_tokens
-        for size, length, first, *calls in ((8, 2, 0, 6, 6), (8, 1, 0, 4), (2, 2, 1, 5)):
-            pools = BlockPool(size, 4), BlockPool(size, 4)
-            tables = [pool.allocate(length) for pool in pools]
-            for pool, table in zip(pools, tables, strict=True):
-                pool.share(table[first:])
-            trial.note(f"pool = BlockPool({size}, 4); table = pool.allocate({length})")
-            trial.note(f"pool.share(table[{first}:])")
-            for n in calls:
-                mine = lambda n=n, p=pools[0], t=tables[0]: fn(p, t, n)  # noqa: E731
-                theirs = lambda n=n, p=pools[1], t=tables[1]: copy_on_write(p, t, n)  # noqa: E731
-                trial.same(f"copy_on_write(pool, table, {n})", mine, theirs, why="no free block")
-                hint = "the shared block should lose this table's reference, the copy have one"
-                got, want = ((t, _state(p)) for p, t in zip(pools, tables, strict=True))
-                trial.expect(f"table, {_STATE}", got, want, hint)
-
-    fixed(scenario)
-    passed("copy-on-write")
 
 
 _HOOKS = ("block_hasher", "prefix_lookup", "allocate_table")

@@ -7,7 +7,6 @@ wrong token, or an error in the run, names the part at fault (`_served`)."""
 from __future__ import annotations
 
 import functools
-import itertools
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,10 +117,10 @@ def _serve_both(cls: type[Scheduler], what: str, ops: list[Any], trial: Trial) -
     )
     mine, theirs = _scenes(code, cls, trial)
     trial.note("")  # the steps so far, rewritten at each step
-    for step in itertools.count():
-        if not theirs["engine"].has_unfinished():
-            break
-        trial.lines[-1] = f"for _ in range({step + 1}): plan = engine.step()"
+    steps = 0
+    while theirs["engine"].has_unfinished():
+        steps += 1
+        trial.lines[-1] = f"for _ in range({steps}): plan = engine.step()"
         theirs["plan"] = theirs["engine"].step()
         mine["plan"] = trial.read(trial.lines[-1], mine["engine"].step)
         _compare(mine, theirs, f"Your {what} differs from the library's", trial)

@@ -10,6 +10,7 @@ import time
 import zlib
 from collections import namedtuple
 from collections.abc import Callable, Sequence
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -29,13 +30,14 @@ FIELDS = struct.Struct(f"<4sHBB{MAX_DIMS}I32s32sQI")
 _AT = dict(magic=0, version=1, code=2, ndim=3, dims=slice(4, 10), length=12, crc=13)
 FP, OTHER_FP, BH, OTHER_BH = (hashlib.sha256(b"%d" % i).digest() for i in range(4))
 Blob = namedtuple("Blob", "what blob fingerprint block_hash case", defaults=(FP, BH, None))
-# the reasons, in the order decode checks them (the table of the chapter)
-REASONS = ("truncated", "bad magic", "header checksum", "version", "bad header", "length",
-           "foreign fingerprint", "foreign block", "payload checksum")  # fmt: skip
+REASONS = (  # the reasons, in the order decode checks them (the table of the chapter)
+    *("truncated", "bad magic", "header checksum", "version", "bad header", "length"),
+    *("foreign fingerprint", "foreign block", "payload checksum"),
+)
 _ROW = {reason: row for row, reason in enumerate(REASONS)}
 _ORDER = "Raise CorruptBlock(message, reason=...), checking in this order: " + ", ".join(REASONS)
-_LAYOUT = ("magic 0-3, version 4-5, dtype 6, ndim 7, shape 8-31, fingerprint 32-63, block hash "
-           "64-95, payload length 96-103, payload CRC 104-107, header CRC 108-111")  # fmt: skip
+_LAYOUT = "magic 0-3, version 4-5, dtype 6, ndim 7, shape 8-31, fingerprint 32-63, block hash "
+_LAYOUT += "64-95, payload length 96-103, payload CRC 104-107, header CRC 108-111"
 
 
 def case(dtype: str, shape: tuple[int, ...], seed: int = 0) -> dict[str, Any]:
@@ -79,20 +81,20 @@ def blobs() -> list[Blob]:
         ("another version, dtype code 99", craft(longer, version=FORMAT_VERSION + 1, code=99)),
         ("a payload length of 52 for float32 (2, 3, 2)", craft(longer, length=52)),
     ]
-    return [Blob(*row) for row in [
-        *((f"a valid {c['dtype']} {c['shape']} blob", library_encode(**c), FP, BH, c)
-          for c in valid),
-        ("a valid blob, fingerprint and block hash None (accept any)", w, None, None),
-        ("a valid blob, fingerprint None (accept any)", w, None),
-        *damaged,
-        *((f"{what}, asked for {by}", b, *ks) for what, b in [("a valid blob", w), *damaged]
-          for by, ks in [("by another model", (OTHER_FP, BH)), ("as another block", (FP, OTHER_BH)),
-                           ("by another model, as another block", (OTHER_FP, OTHER_BH))]),
-        *((f"a fingerprint differing in byte {i}", w, flip(FP, i)) for i in (0, 31)),
-        *((f"a block hash differing in byte {i}", w, FP, flip(BH, i)) for i in (0, 20, 31)),
-        *((f"byte {i} xor {m:#04x}", flip(w2, i, m)) for i in range(len(w2))
-          for m in (1, 128, 255)),
-    ]]  # fmt: skip
+    foreign = {"by another model": (OTHER_FP, BH), "as another block": (FP, OTHER_BH)}
+    foreign["by another model, as another block"] = (OTHER_FP, OTHER_BH)
+    rows = [
+        (f"a valid {c['dtype']} {c['shape']} blob", library_encode(**c), FP, BH, c) for c in valid
+    ]
+    rows += [("a valid blob, fingerprint and block hash None (accept any)", w, None, None)]
+    rows += [("a valid blob, fingerprint None (accept any)", w, None), *damaged]
+    for what, b in [("a valid blob", w), *damaged]:
+        rows += [(f"{what}, asked for {by}", b, *keys) for by, keys in foreign.items()]
+    rows += [(f"a fingerprint differing in byte {i}", w, flip(FP, i)) for i in (0, 31)]
+    rows += [(f"a block hash differing in byte {i}", w, FP, flip(BH, i)) for i in (0, 20, 31)]
+    for i in range(len(w2)):
+        rows += [(f"byte {i} xor {m:#04x}", flip(w2, i, m)) for m in (1, 128, 255)]
+    return [Blob(*row) for row in rows]
 
 
 @exercise(1, "encode, decode")
@@ -100,18 +102,18 @@ def check_blob_codec(encode: Callable[..., bytes], decode: Callable[..., Any]) -
     """`encode(payload, dtype=, shape=, fingerprint=, block_hash=)` gives the library's blob byte
     for byte; `decode(blob, fingerprint=, block_hash=)` does what `decode_blob` does."""
     for i, blob in enumerate(blobs()):
-        fixed(lambda trial, i=i, blob=blob: _codec(trial, encode, decode, i, blob))
+        fixed(partial(_codec, encode, decode, i, blob))
     passed("the chapter's blob format; every damaged or foreign blob refused, with its reason")
 
 
-def _codec(trial: Trial, encode: Callable, decode: Callable, i: int, b: Blob) -> None:
+def _codec(encode: Callable, decode: Callable, i: int, b: Blob, trial: Trial) -> None:
     """`encode(**b.case)` gives the library's blob; `decode(b.blob, ...)` returns what
     decode_blob returns, or refuses with its reason (a later row's is `wrong_check_order`)."""
     trial.note(f"from {__name__} import blobs")
     trial.note(f"b = blobs()[{i}]  # {b.what}")
     if b.case:
-        trial.same(f"{encode.__name__}(**b.case)", lambda: encode(**b.case), lambda: b.blob,
-                   compare=_first_byte)  # fmt: skip
+        encoded = f"{encode.__name__}(**b.case)"
+        trial.same(encoded, lambda: encode(**b.case), lambda: b.blob, compare=_first_byte)
     line = f"{decode.__name__}(b.blob, fingerprint=b.fingerprint, block_hash=b.block_hash)"
     mine = lambda: decode(b.blob, fingerprint=b.fingerprint, block_hash=b.block_hash)  # noqa: E731
     try:
@@ -136,9 +138,9 @@ def _first_byte(got: Any, want: bytes) -> str | None:
 
 # -- exercise 2: the longest run across tiers --------------------------------------------------
 
-_RULE = ("Return a list of the tier objects, one per block: ask the tiers, fastest first, about "
-         "the keys not covered yet; the first to answer n > 0 supplies the next n blocks; stop "
-         "at a block no tier has")  # fmt: skip
+_RULE = "Return a list of the tier objects, one per block: ask the tiers, fastest first, about "
+_RULE += "the keys not covered yet; the first to answer n > 0 supplies the next n blocks; stop at "
+_RULE += "a block no tier has"
 
 
 class Tier:
@@ -213,9 +215,9 @@ _RULES = (
     "to 0) when half-open or at failure_threshold in a row"
 )
 # (threshold, cooldown), then "+s" moves the clock by s seconds, a word calls that method
-_STEPS = ("allow record_failure allow record_failure allow record_success allow record_failure "
-          "allow record_failure allow record_failure allow +1.99 allow +0.01 allow allow "
-          "record_failure allow +2.0 allow record_success allow")  # fmt: skip
+_STEPS = "allow record_failure allow record_failure allow record_success allow record_failure "
+_STEPS += "allow record_failure allow record_failure allow +1.99 allow +0.01 allow allow "
+_STEPS += "record_failure allow +2.0 allow record_success allow"
 _SCENARIOS = ([(3, 2.0), *_STEPS.split()], [(0, 1.0)])  # the exercise's; a threshold refused
 _OPS = ["allow"] * 4 + ["record_success", "record_failure", "record_failure", "+0.1", "+0.5", "+1"]
 
@@ -249,9 +251,10 @@ def _breaker_steps(cls: type, ops: list[Any], trial: Trial) -> None:
 def check_circuit_breaker(cls: type) -> None:
     """`cls(failure_threshold, cooldown_s, clock=...)` answers `allow()`, `record_*()` and `state`
     as `CircuitBreaker` does, in every state (a record_* while open: a late call's result)."""
+    play = partial(_breaker_steps, cls)
     for scenario in _SCENARIOS:
-        fixed(lambda trial, ops=scenario: _breaker_steps(cls, ops, trial))
-    search(lambda ops, trial: _breaker_steps(cls, ops, trial),
-           lambda rng: [(rng.randint(1, 4), rng.choice([0, 0.5, 1])), *rng.choices(_OPS, k=30)],
-           trials=100, seed=11, what="check_circuit_breaker")  # fmt: skip
+        fixed(partial(play, scenario))
+    sizes = lambda rng: (rng.randint(1, 4), rng.choice([0, 0.5, 1]))  # noqa: E731
+    draw = lambda rng: [sizes(rng), *rng.choices(_OPS, k=30)]  # noqa: E731
+    search(play, draw, trials=100, seed=11, what="check_circuit_breaker")
     passed("opens, waits and closes like the library's, on 100 random runs")
