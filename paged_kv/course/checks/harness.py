@@ -10,6 +10,7 @@ both objects and applies each operation through the `Trial`. Most checks declare
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -28,8 +29,6 @@ from paged_kv.errors import PagedKVError
 Thunk = Callable[[], Any]
 Play = Callable[[list[Any], "Trial"], None]
 Draw = Callable[[random.Random], list[Any]]
-Compare = Callable[[Any, Any], str | None] | None
-Errors = tuple[type[Exception], ...]
 Read = tuple[str, Thunk, Any, str]  # an expression, the learner's read of it, its value, a hint
 
 
@@ -128,7 +127,7 @@ class Trial:
         *,
         why: str = "",
         hint: str = "",
-        compare: Compare = None,
+        compare: Callable[[Any, Any], str | None] | None = None,
     ) -> tuple[Any, Any]:
         """The library's `theirs()`, then the learner's `mine()`: the same refusal (type and
         fields; `why` says why it refuses), or results that `compare` (default: equality) finds
@@ -159,7 +158,7 @@ class Trial:
         *,
         why: str = "",
         hint: str = "",
-        also: Errors = (),
+        also: tuple[type[Exception], ...] = (),
     ) -> BaseException:
         """The learner's `mine()` must raise `refusal`'s type with its fields (or one of the
         types in `also`)."""
@@ -183,9 +182,9 @@ class Trial:
     def returns_a_copy(self, line: str, returned: list[Any], expr: str, read: Thunk) -> None:
         """`returned` (what `line` gave) is the caller's: changing it must not change `expr`."""
         line = line.split("  #")[0]
-        before = _copied(self.read(expr, read))
+        before = copy.copy(self.read(expr, read))
         returned.append(-1)
-        after = _copied(self.read(expr, read))
+        after = copy.copy(self.read(expr, read))
         returned.pop()
         if after != before:
             self.note(f"{line}.append(-1)  # the caller changes its list")
@@ -196,8 +195,9 @@ class Trial:
         refused call, a difference is `not_all_or_nothing`)."""
         if got == want:
             return
-        if isinstance(want, list) and _sorted(got) == want:
-            self.fail(causes.WRONG_ORDER, hint, subject=expr, line=expr, want=want, got=got)
+        with contextlib.suppress(TypeError):  # (items that do not sort are in no order)
+            if isinstance(want, list) and sorted(got) == want:
+                self.fail(causes.WRONG_ORDER, hint, subject=expr, line=expr, want=want, got=got)
         cause = causes.NOT_ALL_OR_NOTHING if self._refused else causes.WRONG_STATE
         last = self.lines[-1].split("  #")[0] if self.lines else expr
         self.fail(cause, hint, subject=expr, line=last, expr=expr, want=want, got=short_repr(got))
@@ -225,17 +225,6 @@ def _wrong_fields(
     }
     message = causes.say(causes.WRONG_ERROR, hint, line=line, where="", **said)
     return Mismatch(causes.WRONG_ERROR, message, _method(line))
-
-
-def _copied(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
-
-
-def _sorted(value: Any) -> Any:
-    try:
-        return sorted(value)
-    except TypeError:
-        return value
 
 
 def fixed(scenario: Callable[[Trial], None]) -> None:
