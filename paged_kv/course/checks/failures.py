@@ -73,9 +73,11 @@ def _readable(value: Any) -> Any:
     """`value` with its memoryviews as bytes (a view's repr is only its address)."""
     if isinstance(value, memoryview):
         return value.tobytes()
-    if isinstance(value, list | tuple):
+    if isinstance(value, list):
+        return [_readable(item) for item in value]
+    if isinstance(value, tuple):
         items = [_readable(item) for item in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a NamedTuple
     return value
 
 
