@@ -42,7 +42,7 @@ class NotebookGrade:
         return not self.errors and all(v.status == PASSED for v in self.verdicts)
 
 
-def grade_notebook(path: Path, *, timeout: int = 600, kernel: str = "python3") -> NotebookGrade:
+def grade_notebook(path: Path, *, timeout: int = 600) -> NotebookGrade:
     """Execute `path` in a fresh kernel (in its folder) and grade each check cell."""
     try:
         import nbformat
@@ -52,7 +52,7 @@ def grade_notebook(path: Path, *, timeout: int = 600, kernel: str = "python3") -
     nb = nbformat.read(path, as_version=4)
     began, folder = time.perf_counter(), {"metadata": {"path": str(path.resolve().parent)}}
     NotebookClient(
-        nb, timeout=timeout, kernel_name=kernel, allow_errors=True, resources=folder
+        nb, timeout=timeout, kernel_name="python3", allow_errors=True, resources=folder
     ).execute()
     grade = NotebookGrade(path, seconds=time.perf_counter() - began)
     heading = first_error = ""
@@ -112,17 +112,6 @@ def report(grades: list[NotebookGrade]) -> str:
     return "\n".join(lines)
 
 
-def markdown(grades: list[NotebookGrade]) -> str:
-    """The same summary as a Markdown table (for a CI job's summary page)."""
-    rows = ["| notebook | exercise | verdict | message |", "|---|---|---|---|"]
-    for name, verdicts, errors in ((g.path.name, g.verdicts, g.errors) for g in grades):
-        for v in verdicts:
-            first = (v.message.splitlines() or [""])[0].replace("|", "/")
-            rows.append(f"| {name} | {v.label} | {_MARK[v.status]} {v.status} | {first} |")
-        rows += [f"| {name} | (other cell) | ❌ error | {e.replace('|', '/')} |" for e in errors]
-    return "\n".join(rows) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paged_kv.course grade", description=__doc__)
     parser.add_argument(
@@ -138,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in sorted(paths, key=lambda p: p.name):  # chapter order: parts flow forward
         print(f"grading {path} ...", flush=True)
         grades.append(grade_notebook(path, timeout=args.timeout))
-    print(report(grades))
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
+    print(summary := report(grades))
+    if os.environ.get("GITHUB_STEP_SUMMARY"):  # a CI job's summary page shows it too
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as out:
-            out.write("## Exercise checks\n\n" + markdown(grades))
+            out.write(f"## Exercise checks\n\n```\n{summary}\n```\n")
     return 0 if all(g.ok for g in grades) else 1

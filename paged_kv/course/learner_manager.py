@@ -78,11 +78,9 @@ class LearnerManager(KVCacheManager):
         return memo
 
     def _prefix_hits(self, seq: TokenSequence) -> list[int]:
-        index = self.hash_index
-        if self.block_hasher is None and self.prefix_lookup is None:
+        index = self.hash_index  # (None: no prefix caching, and the library's finds no hit)
+        if index is None or (self.block_hasher is None and self.prefix_lookup is None):
             return super()._prefix_hits(seq)
-        if index is None:  # no prefix caching
-            return []
         hashes = self._hashes(seq)
         want = index.longest_prefix(hashes[: (len(seq) - 1) // self.block_size])  # not the last
         if self.prefix_lookup is None:

@@ -87,8 +87,7 @@ TEMPLATES = {
 
 def say(cause: str, hint: str = "", **fields: object) -> str:
     """The message for `cause`, from its template and `fields`, then `hint` (what to do here)."""
-    text = TEMPLATES[cause].format(**fields)
-    if not hint:
-        return f"{text}."
-    hint = hint[0].upper() + hint[1:]
-    return f"{text}. {hint}" + ("" if hint.endswith((".", "?", "!")) else ".")
+    text = TEMPLATES[cause].format(**fields) + "."
+    if hint:
+        text += f" {hint[0].upper()}{hint[1:]}" + ("" if hint.endswith((".", "?", "!")) else ".")
+    return text

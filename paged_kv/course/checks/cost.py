@@ -12,6 +12,7 @@ import sys
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from types import FrameType, SimpleNamespace
 from typing import Any
 
@@ -27,19 +28,14 @@ class TooManyLines(BaseException):
     """Past a line cap (not an Exception: the learner's `except Exception` lets it by)."""
 
 
-def count_lines_executed(fn: Callable[[], Any], cap: int | None = None) -> int:
+def count_lines_executed(
+    fn: Callable[[], Any], cap: int | None = None, by_function: Counter[str] | None = None
+) -> int:
     """How many Python source lines `fn()` executes (C built-ins count as one line; the
-    counting containers' own lines are not counted); `TooManyLines` stops it at `cap`."""
-    return count_lines_by_function(fn, cap)[0]
-
-
-def count_lines_by_function(
-    fn: Callable[[], Any], cap: int | None = None
-) -> tuple[int, Counter[str]]:
-    """`count_lines_executed`, and the lines each function outside the checks ran, by its
-    qualified name: where the work was, for a message that names the learner's method."""
+    counting containers' own lines are not counted); `TooManyLines` stops it at `cap`. The
+    lines each function outside the checks ran go to `by_function`, by qualified name: where
+    the work was, for a message that names the learner's method."""
     total = 0
-    mine: Counter[str] = Counter()
 
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
         nonlocal total
@@ -50,9 +46,11 @@ def count_lines_by_function(
             total += 1
             if total == cap:
                 raise TooManyLines
-            if not name.startswith(_CHECKS):
+            if by_function is not None and not name.startswith(_CHECKS):
                 code = frame.f_code  # co_qualname is Python 3.11+; 3.10 has co_name only
-                mine[getattr(code, "co_qualname", code.co_name).replace(".<locals>", "")] += 1
+                by_function[
+                    getattr(code, "co_qualname", code.co_name).replace(".<locals>", "")
+                ] += 1
         return tracer
 
     previous = sys.gettrace()
@@ -61,18 +59,14 @@ def count_lines_by_function(
         fn()
     finally:
         sys.settrace(previous)
-    return total, mine
+    return total
 
 
+@dataclass
 class Meter:
     """Entries touched, by (container name, operation)."""
 
-    def __init__(self) -> None:
-        self.touched: Counter[tuple[str, str]] = Counter()
-
-    @property
-    def total(self) -> int:
-        return sum(self.touched.values())
+    touched: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 class _Counted:
@@ -105,14 +99,20 @@ def _whole(op: str) -> Callable[..., tuple[str, int]]:
     return lambda self, *args: (op, len(self))
 
 
-def _copy(base: type, entries: Callable[[Any], Iterable[Any]]) -> Callable[[Any], Any]:
-    """`copy()`, counted as touching every entry, returning a plain `base`."""
+def _twin(base: type, prices: dict[str, Callable[..., tuple[str, int]]], **methods: Any) -> type:
+    """A counting twin of `base`: its methods in `prices` priced, iterating it counted, and
+    `copy()` counted as touching every entry, returning a plain `base`."""
 
     def copy(self: Any) -> Any:
         self._add(".copy()", len(self))
-        return base(entries(self))
+        return base(base.items(self) if hasattr(base, "items") else base.__iter__(self))
 
-    return copy
+    methods |= {name: _priced(base, name, price) for name, price in prices.items()}
+    methods |= {"__iter__": lambda self: self._each(base.__iter__(self)), "copy": copy}
+    if hasattr(base, "__reversed__"):
+        methods["__reversed__"] = lambda self: self._each(base.__reversed__(self))
+    name = base.__name__[0].upper() + base.__name__[1:]
+    return type(f"Counting{name}", (_Counted, base), methods)
 
 
 def _sequence(base: type) -> type:
@@ -134,14 +134,12 @@ def _sequence(base: type) -> type:
         return "indexing", 1 if base is list else min(at(self, key), len(self) - at(self, key)) + 1
 
     def delitem(self: Any, key: Any) -> tuple[str, int]:
-        return "del", len(self) - (
-            key.indices(len(self))[0] if isinstance(key, slice) else at(self, key)
-        )
+        start = key.indices(len(self))[0] if isinstance(key, slice) else at(self, key)
+        return "del", len(self) - start
 
     def pop(self: Any, index: int = -1) -> tuple[str, int]:
-        return ".pop(i)" if at(self, index) < len(self) - 1 else ".pop()", len(self) - at(
-            self, index
-        )
+        op = ".pop(i)" if at(self, index) < len(self) - 1 else ".pop()"
+        return op, len(self) - at(self, index)
 
     def extend(self: Any, items: Iterable[Any]) -> None:
         items = list(items)  # counted before they are added, an iterator read once
@@ -161,14 +159,7 @@ def _sequence(base: type) -> type:
         **({"sort": _whole(".sort()")} if base is list else {}),
         **({"rotate": lambda self, n=1: (".rotate()", abs(n))} if base is deque else {}),
     }
-    methods = {name: _priced(base, name, price) for name, price in prices.items()}
-    methods |= {
-        "__iter__": lambda self: self._each(base.__iter__(self)),
-        "__reversed__": lambda self: self._each(base.__reversed__(self)),
-        "extend": extend,
-        "copy": _copy(base, base.__iter__),
-    }
-    return type(f"Counting{base.__name__.title()}", (_Counted, base), methods)
+    return _twin(base, prices, extend=extend)
 
 
 class _View:
@@ -191,25 +182,14 @@ class _View:
         return item in self._view
 
 
-def _mapping(base: type) -> type:
-    """A counting twin of `dict`, `OrderedDict` or `set`."""
-    methods: dict[str, Any] = {
-        "__iter__": lambda self: self._each(base.__iter__(self)),
-        "copy": _copy(base, base.__iter__ if base is set else base.items),
-    }
-    if base is set:
-        for name in ("__sub__", "__or__", "__and__", "difference", "union"):
-            methods[name] = _priced(base, name, _whole("a set operation"))
-    else:
-        plain: Any = base  # dict or OrderedDict here
-        methods["__reversed__"] = lambda self: self._each(plain.__reversed__(self))
-        for view in ("keys", "values", "items"):
-            methods[view] = lambda self, v=view: _View(getattr(base, v)(self), self)
-    return type(f"Counting{base.__name__}", (_Counted, base), methods)
-
-
+_SET_OPERATIONS = ("__sub__", "__or__", "__and__", "difference", "union")
 _TWINS: dict[type, type] = {kind: _sequence(kind) for kind in (list, deque)}
-_TWINS |= {kind: _mapping(kind) for kind in (dict, OrderedDict, set)}
+_VIEWS = {  # a dict's keys, values and items, counted where they are iterated
+    v: lambda self, v=v: _View(getattr(super(_Counted, self), v)(), self)
+    for v in ("keys", "values", "items")
+}
+_TWINS |= {kind: _twin(kind, {}, **_VIEWS) for kind in (dict, OrderedDict)}
+_TWINS[set] = _twin(set, dict.fromkeys(_SET_OPERATIONS, _whole("a set operation")))
 
 
 def counting(value: Any, meter: Meter, name: str) -> Any:
@@ -257,10 +237,10 @@ def instrument(obj: Any, meter: Meter, name: str = "self", depth: int = 2) -> No
 def work_of(obj: Any, action: Callable[[], Any]) -> tuple[int, Meter, Counter[str]]:
     """The work of `action()` on an instrumented `obj`: lines plus entries, the meter, and the
     lines by function."""
-    meter = Meter()
+    meter, by_function = Meter(), Counter[str]()
     instrument(obj, meter)
-    lines, by_function = count_lines_by_function(action)
-    return lines + meter.total, meter, by_function
+    lines = count_lines_executed(action, by_function=by_function)
+    return lines + meter.touched.total(), meter, by_function
 
 
 def constant_work(
@@ -299,7 +279,7 @@ def grew(
     hint: str,
 ) -> str:
     """The `work_grows` message: where the extra work went (a container or a function)."""
-    if meter.total > sum(large_lines.values()):
+    if meter.touched.total() > large_lines.total():
         (container, op), touched = meter.touched.most_common(1)[0]
         where = f", mostly by {op} on `{container}` ({touched:,} entries)"
     else:

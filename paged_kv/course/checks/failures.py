@@ -16,7 +16,6 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar, cast
 
 import paged_kv
@@ -82,6 +81,17 @@ def _readable(value: Any) -> Any:
     return value
 
 
+@contextlib.contextmanager
+def stage(doing: str, var: contextvars.ContextVar[Any] = _stage) -> Iterator[None]:
+    """Name what the check is doing (with the size), for a too-slow answer's message (or set
+    another of this module's context variables while the block runs)."""
+    token = var.set(doing)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
 def exercise(number: int | None, title: str) -> Callable[[F], F]:
     """Label a check "Exercise N (title)" (or just "Title" without a number), cap its time and
     turn the learner's exceptions into messages. A check run inside another is left to it."""
@@ -92,9 +102,8 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
         def run(*args: Any, **kwargs: Any) -> Any:
             if _label.get():
                 return check(*args, **kwargs)
-            token = _label.set(label)
             try:
-                with _capped():
+                with stage(label, _label), _capped():
                     return check(*args, **kwargs)
             except (CheckFailed, ExerciseNotDone) as exc:
                 if not str(exc).startswith(label):
@@ -108,8 +117,6 @@ def exercise(number: int | None, title: str) -> Callable[[F], F]:
                 if not mine:  # neither the learner's code nor the library refusing what it did
                     raise  # a bug in the checks themselves: show its traceback
                 raise learner_error(exc, label) from None
-            finally:
-                _label.reset(token)
 
         return cast(F, run)
 
@@ -127,7 +134,7 @@ def _capped() -> Iterator[None]:
         yield
         return
 
-    def ring(signum: int, frame: FrameType | None) -> None:
+    def ring(*_: Any) -> None:
         raise _OutOfTime(_stage.get())
 
     previous = signal.signal(signal.SIGALRM, ring)
@@ -137,16 +144,6 @@ def _capped() -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def stage(doing: str) -> Iterator[None]:
-    """Name what the check is doing (with the size), for a too-slow answer's message."""
-    token = _stage.set(doing)
-    try:
-        yield
-    finally:
-        _stage.reset(token)
 
 
 def stubs_as_not_done(check: F) -> F:
@@ -168,11 +165,17 @@ def stubs_as_not_done(check: F) -> F:
 
 def learner_error(exc: BaseException, label: str | None = None, doing: str = "") -> Exception:
     """`exc`, raised while a check ran the learner's code, as a message about their code."""
-    label = label or _label.get() or "this check"
-    if isinstance(exc, NotImplementedError):
-        return ExerciseNotDone(f"{label} is not done yet: {stub_of(exc)}")
+    label, frame = label or _label.get() or "this check", _learner_frame(exc)
+    if isinstance(exc, NotImplementedError):  # which stub, and what to do about it
+        where = f"`{frame.name}`" if frame else "a function"
+        where = f"{where} raises NotImplementedError ({exc})"
+        if str(exc).endswith(STUB):
+            where = f"`{str(exc)[: -len(STUB)]}` still has its stub"
+        return ExerciseNotDone(
+            f"{label} is not done yet: {where}. Write it, run its cell, then run this check again."
+        )
     step = f"\nThe check was running: {doing}" if doing else ""
-    if _learner_frame(exc) is None:  # the library refused a state the learner's code made
+    if frame is None:  # the library refused a state the learner's code made
         text = str(exc).rstrip()
         text += "" if text.endswith((".", "!", "?")) else "."
         said = causes.say(causes.LIBRARY_REFUSED, error=f"{type(exc).__name__}: {text}")
@@ -181,17 +184,6 @@ def learner_error(exc: BaseException, label: str | None = None, doing: str = "")
         f"{label}: your code raised {type(exc).__name__}: {exc}{where_raised(exc)}.{step}",
         causes.RAISED,
     )
-
-
-def stub_of(exc: BaseException) -> str:
-    """Which stub raised `exc`, and what to do about it."""
-    text = str(exc)
-    frame = _learner_frame(exc)
-    name = f"`{frame.name}`" if frame else "a function"
-    where = f"{name} raises NotImplementedError ({text})"
-    if text.endswith(STUB):
-        where = f"`{text[: -len(STUB)]}` still has its stub"
-    return f"{where}. Write it, run its cell, then run this check again."
 
 
 def _is_library(filename: str) -> bool:
@@ -224,31 +216,24 @@ def where_raised(exc: BaseException) -> str:
 
 
 def call(doing: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run the learner's `fn`; an exception becomes a message that names `doing`."""
+    """Run the learner's `fn`; an exception becomes a message that names `doing` (a call that
+    does not bind to `fn`'s signature is `bad_signature`)."""
     try:
         return fn(*args, **kwargs)
     except (CheckFailed, ExerciseNotDone):
         raise
     except Exception as exc:
-        mine = isinstance(exc, TypeError) and _learner_frame(exc) is None
-        wrong = _cannot_take(fn, args, kwargs) if mine else ""
-        if wrong:  # the call itself failed: the learner's signature, not the library
-            said = causes.say(causes.BAD_SIGNATURE, doing=doing, why=f"{wrong} ({exc})")
-            label = _label.get() or "this check"
-            raise CheckFailed(
-                f"{label}: {said}\nThe check was running: {doing}", causes.BAD_SIGNATURE
-            ) from None
+        if isinstance(exc, TypeError) and _learner_frame(exc) is None:
+            with contextlib.suppress(TypeError, ValueError):  # (no signature: not this)
+                signature = inspect.signature(fn)
+                try:
+                    signature.bind(*args, **kwargs)
+                except TypeError:
+                    name = getattr(fn, "__name__", "function")
+                    why = f"your {name}{signature} cannot take these arguments ({exc})"
+                    said = causes.say(causes.BAD_SIGNATURE, doing=doing, why=why)
+                    label = _label.get() or "this check"
+                    raise CheckFailed(
+                        f"{label}: {said}\nThe check was running: {doing}", causes.BAD_SIGNATURE
+                    ) from None
         raise learner_error(exc, doing=doing) from None
-
-
-def _cannot_take(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
-    """Why `fn` cannot be called with `args` and `kwargs`, or "" if it can."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return ""
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError:
-        return f"your {getattr(fn, '__name__', 'function')}{signature} cannot take these arguments"
-    return ""

@@ -7,10 +7,12 @@ how the answer works (the tiles it keeps, the copies it takes of a cache)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -138,10 +140,9 @@ def live_tensor_bytes() -> int:
         warnings.simplefilter("error")  # a fake tensor (torch.compile's) warns or raises here
         for obj in gc.get_objects():
             if issubclass(type(obj), torch.Tensor) and obj.layout is torch.strided:
-                try:  # (sparse tensors have no storage, fake ones no data: none is a tile)
+                # (sparse tensors have no storage, fake ones no data: none is a tile)
+                with contextlib.suppress(RuntimeError, NotImplementedError, UserWarning):
                     storages[obj.untyped_storage().data_ptr()] = obj.untyped_storage().nbytes()
-                except (RuntimeError, NotImplementedError, UserWarning):
-                    continue
     return sum(storages.values())
 
 
@@ -160,11 +161,9 @@ class BlockReads(torch.Tensor):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        frame = sys._getframe(1)
-        while frame is not None:
+        for frame, _ in traceback.walk_stack(sys._getframe(1)):  # the outermost one names it
             if frame.f_code.co_filename.startswith(_ATTENTION):
                 BlockReads.library = f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"
-            frame = frame.f_back
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **(kwargs or {}))
             if not isinstance(out, torch.Tensor):
