@@ -2,19 +2,21 @@
 is answered before any per-id work: the caller's own list comes back, and one id costs one
 comparison, which is what keeps `share`/`release` cheap on the hot path."""
 
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from paged_kv.cache import block_ids
-from paged_kv.course.checks.cost import count_lines_by_function
+from paged_kv.course.checks.cost import count_lines_executed
 from paged_kv.errors import InvalidBlock
 
 
 def lines_run(fn: Callable[[], object]) -> int:
     """Lines of block_ids.py's functions that `fn()` executes."""
-    by_function = count_lines_by_function(fn)[1]
+    by_function: Counter[str] = Counter()
+    count_lines_executed(fn, by_function=by_function)
     mine = [
         n for n, f in vars(block_ids).items() if getattr(f, "__module__", "") == block_ids.__name__
     ]

@@ -13,6 +13,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType, SimpleNamespace
 from typing import Any
 
@@ -234,15 +235,6 @@ def instrument(obj: Any, meter: Meter, name: str = "self", depth: int = 2) -> No
             setattr(obj, key, twin)
 
 
-def work_of(obj: Any, action: Callable[[], Any]) -> tuple[int, Meter, Counter[str]]:
-    """The work of `action()` on an instrumented `obj`: lines plus entries, the meter, and the
-    lines by function."""
-    meter, by_function = Meter(), Counter[str]()
-    instrument(obj, meter)
-    lines = count_lines_executed(action, by_function=by_function)
-    return lines + meter.touched.total(), meter, by_function
-
-
 def constant_work(
     build: Callable[[int], tuple[Any, Any]],
     action: Callable[[Any, Any], Any],
@@ -256,41 +248,30 @@ def constant_work(
     """`action(obj, context)` on `build(size) -> (obj, context)` must cost about as much at the
     large size as at the small one (twice plus `slack`), counting the work in `obj`'s
     containers; otherwise `work_grows`, naming the container or function at fault."""
-    costs: list[tuple[int, Meter, Counter[str]]] = []
-    for size in sizes:
+    costs: list[int] = []
+    meter, lines = Meter(), [Counter[str](), Counter[str]()]
+    for size, by_function in zip(sizes, lines, strict=True):
         with stage(f"{what} with {size:,} {unit}"):
             obj, context = build(size)
-            costs.append(work_of(obj, lambda o=obj, c=context: action(o, c)))
-    (small, _, small_lines), (large, meter, large_lines) = costs
-    if large > 2 * small + slack:
-        message = grew(what, small, large, sizes, unit, meter, small_lines, large_lines, hint)
-        raise CheckFailed(message, causes.WORK_GROWS)
-
-
-def grew(
-    what: str,
-    small: int,
-    large: int,
-    sizes: Sizes,
-    unit: str,
-    meter: Meter,
-    small_lines: Counter[str],
-    large_lines: Counter[str],
-    hint: str,
-) -> str:
-    """The `work_grows` message: where the extra work went (a container or a function)."""
-    if meter.touched.total() > large_lines.total():
+            meter = Meter()  # the large size's is the one that names the container
+            instrument(obj, meter)
+            run = count_lines_executed(partial(action, obj, context), by_function=by_function)
+            costs.append(run + meter.touched.total())
+    if costs[1] <= 2 * costs[0] + slack:
+        return
+    if meter.touched.total() > lines[1].total():
         (container, op), touched = meter.touched.most_common(1)[0]
         where = f", mostly by {op} on `{container}` ({touched:,} entries)"
     else:
-        growth = large_lines - small_lines
+        growth = lines[1] - lines[0]
         top = max(growth, key=growth.__getitem__, default="")
         where = f", mostly in `{top.split('.<genexpr>')[0]}`" if top else ""
     small_size, large_size = (f"{size:,} {unit}" for size in sizes)
-    fields = {"what": what, "small": small, "large": large, "where": where}
-    return causes.say(
+    fields = {"what": what, "small": costs[0], "large": costs[1], "where": where}
+    message = causes.say(
         causes.WORK_GROWS, hint, small_size=small_size, large_size=large_size, **fields
     )
+    raise CheckFailed(message, causes.WORK_GROWS)
 
 
 def grows_in_time(
