@@ -443,3 +443,32 @@ def test_the_redis_tier_asks_a_hung_server_once_per_call():
         server.close()
         for conn in accepted:
             conn.close()
+
+
+def test_a_default_breaker_opens_on_the_third_failure_in_a_row():
+    """Three failures in a row from a fresh breaker (the default threshold) open it."""
+    from paged_kv.tiers import CircuitBreaker
+
+    breaker = CircuitBreaker()
+    for _ in range(2):
+        assert breaker.allow()
+        breaker.record_failure()
+    assert breaker.is_closed and breaker.allow()
+    breaker.record_failure()
+    assert not breaker.is_closed and not breaker.allow() and breaker.times_opened == 1
+
+
+def test_a_breaker_of_threshold_one_opens_on_its_first_failure():
+    from paged_kv.tiers import CircuitBreaker
+
+    breaker = CircuitBreaker(1, 60.0)
+    breaker.record_failure()
+    assert breaker.state == "open" and not breaker.allow()
+
+
+@pytest.mark.parametrize("clock", [5, None, "monotonic"], ids=repr)
+def test_a_breaker_refuses_a_clock_that_is_not_a_function(clock):
+    from paged_kv.tiers import CircuitBreaker
+
+    with pytest.raises(InvalidArgument, match="clock is a function"):
+        CircuitBreaker(3, 1.0, clock=clock)
