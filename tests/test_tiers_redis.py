@@ -472,3 +472,70 @@ def test_a_breaker_refuses_a_clock_that_is_not_a_function(clock):
 
     with pytest.raises(InvalidArgument, match="clock is a function"):
         CircuitBreaker(3, 1.0, clock=clock)
+
+
+def test_a_redis_server_that_exits_at_start_says_so_at_once():
+    """A server that dies at start (here a bad option) fails start() with its exit code and
+    log at once, not after waiting out the timeout for an answer."""
+    from paged_kv.errors import PagedKVError
+
+    require_redis_server()
+    server = RedisServer(extra_args=("--no-such-option", "yes"))
+    try:
+        began = time.monotonic()
+        with pytest.raises(PagedKVError, match="exited at start with code 1; see .*redis.log"):
+            server.start(timeout_s=5.0)
+        assert time.monotonic() - began < 4.0
+    finally:
+        server.close()
+
+
+def test_a_redis_server_never_started_can_be_killed_stopped_and_closed():
+    """Cleanup code may stop a server whose start never ran: nothing raises, and close()
+    still removes its directory."""
+    require_redis_server()
+    server = RedisServer()
+    assert server.dir.is_dir()
+    server.kill()
+    server.stop()
+    server.close()
+    assert server.pid is None and not server.dir.exists()
+
+
+def test_stop_and_kill_return_once_the_servers_process_has_exited(redis_server):
+    import signal
+
+    pid = redis_server.pid
+    redis_server.stop()
+    assert redis_server.process.returncode is not None and not redis_server.ping()
+    assert redis_server.restart().pid != pid and redis_server.ping()
+    redis_server.kill()
+    assert redis_server.process.returncode == -signal.SIGKILL and not redis_server.ping()
+    redis_server.close()
+    assert not redis_server.dir.exists()
+
+
+def test_a_local_redis_cluster_has_three_nodes_by_default():
+    require_redis_server()
+    cluster = RedisClusterNodes()
+    try:
+        assert len(cluster.nodes) == 3 and all(n.cluster for n in cluster.nodes)
+        assert len({port for _, port in cluster.startup_nodes}) == 3
+    finally:
+        cluster.close()
+
+
+def test_a_cluster_whose_start_fails_stops_the_nodes_it_had_started():
+    from paged_kv.errors import PagedKVError
+
+    require_redis_server()
+    cluster = RedisClusterNodes(2)
+    cluster.nodes[1].extra_args = ("--no-such-option", "yes")
+    try:
+        with pytest.raises(PagedKVError, match="exited at start"):
+            cluster.start()
+        first = cluster.nodes[0]
+        assert first.process is not None and first.process.poll() is not None
+        assert not first.ping() and not first.dir.exists()
+    finally:
+        cluster.close()
