@@ -539,3 +539,82 @@ def test_a_cluster_whose_start_fails_stops_the_nodes_it_had_started():
         assert not first.ping() and not first.dir.exists()
     finally:
         cluster.close()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def mutant_keys(n: int) -> list[str]:
+    return [MUTANTS_SPACE.key(bytes([i]) * 32) for i in range(n)]
+
+
+def test_the_redis_tiers_usage_is_refreshed_once_a_full_second_has_passed(redis_server):
+    clock = FakeClock()
+    tier = RedisTier(redis_server.url, clock=clock)
+    keys = mutant_keys(3)
+    assert tier.usage() == (None, None)
+    tier.put_many([(keys[0], b"a")])
+    assert tier.usage()[0] == 1
+    clock.now = 0.5
+    tier.put_many([(keys[1], b"b")])
+    assert tier.usage()[0] == 1, "refreshed at most once a second"
+    clock.now = 1.0
+    tier.put_many([(keys[2], b"c")])
+    assert tier.usage()[0] == 3
+    tier.close()
+
+
+def test_the_redis_tiers_evictions_never_go_down_when_the_servers_count_resets(
+    redis_factory,
+):
+    """Evictions are Redis's own, read from INFO: a server whose counter restarts from zero
+    (CONFIG RESETSTAT, a restart) adds nothing, and the tier's count stays."""
+    probe = redis_factory()
+    baseline = int(raw_client(probe).info("memory")["used_memory"])
+    server = redis_factory(maxmemory=baseline + 300_000, policy="allkeys-lru")
+    clock = FakeClock()
+    tier = RedisTier(server.url, clock=clock)
+    keys = mutant_keys(60)
+    tier.put_many([(keys[0], b"x" * 20_000)])
+    for i in range(1, 60, 10):
+        tier.put_many([(k, b"x" * 20_000) for k in keys[i : i + 10]])
+    clock.now = 1.0
+    tier.put_many([(keys[0], b"x" * 20_000)])
+    evicted = tier.stats().evictions
+    assert evicted > 0
+    client = raw_client(server)
+    client.flushall()
+    client.config_resetstat()
+    clock.now = 2.0
+    tier.put_many([(keys[1], b"y")])
+    assert tier.stats().evictions == evicted and tier.usage()[0] == 1
+    tier.close()
+
+
+def test_closing_the_redis_tier_closes_its_connections(redis_server):
+    raw = raw_client(redis_server)
+    tier = RedisTier(redis_server.url)
+    tier.put_many([(mutant_keys(1)[0], b"a")])
+    assert raw.info("clients")["connected_clients"] == 2
+    tier.close()
+    deadline = time.monotonic() + 5
+    while raw.info("clients")["connected_clients"] > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert raw.info("clients")["connected_clients"] == 1
+
+
+def test_a_cluster_tiers_ping_asks_every_primary_and_fails_while_one_is_down(redis_cluster):
+    tier = RedisTier(cluster_nodes=redis_cluster.startup_nodes)
+    assert tier.ping()
+    names = sorted(f"{host}:{port}" for host, port in redis_cluster.startup_nodes)
+    assert tier.endpoint_states() == dict.fromkeys(names, "closed")
+    tier.close()
+    redis_cluster.nodes[2].kill()
+    fresh = RedisTier(cluster_nodes=redis_cluster.startup_nodes)
+    assert not fresh.ping()
+    fresh.close()
