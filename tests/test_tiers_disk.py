@@ -327,9 +327,7 @@ def test_a_block_file_in_a_folder_that_is_no_namespace_is_set_aside_at_restart(t
     assert restarted.stats().corrupt == 1
 
 
-def test_a_block_file_that_grows_while_it_is_read_is_read_to_its_stored_size(
-    tmp_path, monkeypatch
-):
+def test_a_block_file_that_grows_while_it_is_read_is_read_to_its_stored_size(tmp_path, monkeypatch):
     """A reader takes at most the size it found the file at (and the index knows), however
     much is appended meanwhile: the block is served whole, the bytes after it never read."""
     tier = DiskTier(tmp_path, fsync=False)

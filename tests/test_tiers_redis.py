@@ -483,7 +483,7 @@ def test_a_redis_server_that_exits_at_start_says_so_at_once():
     server = RedisServer(extra_args=("--no-such-option", "yes"))
     try:
         began = time.monotonic()
-        with pytest.raises(PagedKVError, match="exited at start with code 1; see .*redis.log"):
+        with pytest.raises(PagedKVError, match=r"exited at start with code 1; see .*redis\.log"):
             server.start(timeout_s=5.0)
         assert time.monotonic() - began < 4.0
     finally:
