@@ -39,6 +39,9 @@ def test_an_operation_reported_without_a_count_counts_one_key():
     metrics.op("host", "get", "ok")
     metrics.op("host", "get", "ok", 3, seconds=0.001)
     assert metrics.value("paged_kv_tier_operations_total", tier="host", op="get", result="ok") == 4
+    latency = "paged_kv_tier_operation_duration_seconds"
+    assert metrics.value(f"{latency}_count", tier="host", op="get") == 1, "one timed call"
+    assert metrics.value(f"{latency}_sum", tier="host", op="get") == 0.001
 
 
 def test_an_admission_with_an_unknown_token_source_is_refused_and_counts_nothing():
