@@ -60,3 +60,26 @@ def test_a_tier_reports_its_usage_after_every_change(kind, tmp_path):
     assert recorder.last == tier.usage() == (1, len(items[1][1]))
     tier.delete([items[1][0]])
     assert recorder.last == (0, 0)
+
+
+@pytest.mark.parametrize("kind", ["host", "disk"])
+def test_a_tiers_stats_count_zero_for_an_operation_it_never_did(kind, tmp_path):
+    tier = make_tier(kind, tmp_path)
+    tier.put_many(toy_blobs(1))
+    stats = tier.stats()
+    assert stats.count("put", "ok") == 1
+    assert stats.count("get", "ok") == stats.count("put", "error") == 0
+
+
+@pytest.mark.parametrize("kind", ["host", "disk"])
+def test_a_blob_the_size_of_the_whole_budget_is_stored(kind, tmp_path):
+    """The budget is inclusive: a tier of N bytes holds one blob of N bytes."""
+    (key, blob), *_ = toy_blobs(1)
+    tier = (
+        HostTier(len(blob))
+        if kind == "host"
+        else DiskTier(tmp_path, capacity_bytes=len(blob), fsync=False)
+    )
+    assert tier.put_many([(key, blob)]) == [True]
+    assert tier.get_many([key]) == [blob]
+    assert tier.usage() == (1, len(blob))

@@ -49,3 +49,48 @@ def test_the_connector_stages_at_most_staging_blocks():
     assert connector.loadable_tokens(seq, 0) == 6
     host.delete(store.key_space(TOY_FP).keys(hashes[:3]))
     assert connector.loadable_tokens(seq, 0) == 0
+
+
+def test_the_connector_lets_go_of_staged_blocks_once_it_has_loaded_them():
+    """Admission copies the staged blocks into the request's blocks and drops them from
+    staging: a later request for the same prefix reads the tier again (here, a miss)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from paged_kv.attention.storage import KVStorage
+    from paged_kv.cache.sequence import TokenSequence
+
+    host = HostTier(1 << 20)
+    store = TieredStore([host], metrics=None)
+    connector = _connector(store, staging_blocks=8)
+    fp = TOY_FP
+    connector.kv = KVStorage(fp.num_layers, 16, fp.block_size, fp.num_kv_heads, fp.head_dim)
+    seq = TokenSequence(list(range(7)))
+    hashes = seq.full_block_hashes(fp.block_size)
+    store.save(store.key_space(fp), hashes[:3], toy_payloads(3))
+    assert connector.loadable_tokens(seq, 0) == 6
+    table = connector.manager.add_sequence("a", seq, num_loaded_tokens=6)
+    request = SimpleNamespace(request_id="a", sequence=seq)
+    chunk = SimpleNamespace(request=request, start=6, num_tokens=1, admitted=True)
+    connector.load_admitted([chunk])
+    for i in range(3):
+        assert torch.equal(connector.kv.k[0][table[i]], torch.full((2, 1, 2), float(i)))
+    assert connector.block_sources["a"] == ["host"] * 3 + ["computed"]
+    host.delete(store.key_space(fp).keys(hashes[:3]))
+    assert connector.loadable_tokens(TokenSequence(list(range(7))), 0) == 0
+
+
+def test_the_connector_keeps_as_many_staged_blocks_as_staging_blocks_says():
+    """A request of exactly `staging_blocks` loadable blocks stays wholly staged."""
+    from paged_kv.cache.sequence import TokenSequence
+
+    host = HostTier(1 << 20)
+    store = TieredStore([host], metrics=None)
+    connector = _connector(store, staging_blocks=3)
+    seq = TokenSequence(list(range(7)))
+    hashes = seq.full_block_hashes(TOY_FP.block_size)
+    store.save(store.key_space(TOY_FP), hashes[:3], toy_payloads(3))
+    assert connector.loadable_tokens(seq, 0) == 6
+    host.delete(store.key_space(TOY_FP).keys(hashes[:3]))
+    assert connector.loadable_tokens(seq, 0) == 6

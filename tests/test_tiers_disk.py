@@ -289,3 +289,73 @@ def test_a_disk_block_removed_behind_the_tiers_back_is_a_miss_it_then_forgets(tm
     assert tier.usage() == (1, len(items[1][1]))
     assert tier.put_many(items[:1]) == [True]
     assert tier.get_many(keys[:1]) == [items[0][1]]
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts fds in /proc/self/fd")
+def test_reading_blocks_leaves_no_file_open(tmp_path):
+    """Every read closes its file: hits, a restart's verification, and refused files."""
+    tier = DiskTier(tmp_path, fsync=False)
+    items = blobs(4)
+    tier.put_many(items)
+    before = open_fds()
+    for _ in range(5):
+        assert tier.get_many([k for k, _ in items]) == [b for _, b in items]
+    DiskTier(tmp_path, fsync=False)
+    path = tier.path_of(items[0][0])
+    path.write_bytes(path.read_bytes() + b"junk")  # the wrong size: refused, quarantined
+    assert tier.get_many([items[0][0]]) == [None]
+    assert open_fds() == before
+
+
+def test_a_block_file_in_a_folder_that_is_no_namespace_is_set_aside_at_restart(tmp_path):
+    """A whole, valid block file copied under a folder name no key can have (a space) is no
+    block of the tier: a restart quarantines it rather than index a key it cannot name."""
+    tier = DiskTier(tmp_path, fsync=False)
+    (key, blob), *_ = blobs(1)
+    tier.put_many([(key, blob)])
+    good = tier.path_of(key)
+    stray = tmp_path / "not a namespace" / good.relative_to(tmp_path / SPACE.namespace)
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(blob)
+    restarted = DiskTier(tmp_path, fsync=False)
+    assert restarted.recovery["blocks"] == 1 and restarted.recovery["quarantined"] == 1
+    assert restarted.stored_keys() == [key] and not stray.exists()
+    assert restarted.stats().corrupt == 1
+
+
+def test_a_block_file_that_grows_while_it_is_read_is_read_to_its_stored_size(tmp_path, monkeypatch):
+    """A reader takes at most the size it found the file at (and the index knows), however
+    much is appended meanwhile: the block is served whole, the bytes after it never read."""
+    tier = DiskTier(tmp_path, fsync=False)
+    (key, blob), *_ = blobs(1)
+    tier.put_many([(key, blob)])
+    path = tier.path_of(key)
+    inode = path.stat().st_ino
+    real_fstat = os.fstat
+
+    def fstat_then_grow(fd):
+        info = real_fstat(fd)
+        if info.st_ino == inode:
+            with open(path, "ab") as f:  # another writer appends after the size is taken
+                f.write(b"x" * 4096)
+        return info
+
+    monkeypatch.setattr(os, "fstat", fstat_then_grow)
+    assert tier.get_many([key]) == [blob]
+
+
+def test_a_temporary_file_naming_a_pid_beyond_any_process_is_removed_at_restart(tmp_path):
+    """Pids are below 2**31: a name with 2**31 (or more) is no live writer's, and asking
+    the kernel about it would overflow."""
+    tier = DiskTier(tmp_path, fsync=False)
+    tier.put_many(blobs(1))
+    folder = tier.path_of(blobs(1)[0][0]).parent
+    for pid in (2**31, 2**32 - 1):
+        (folder / tmp_name(pid)).write_bytes(b"PKVB half")
+    restarted = DiskTier(tmp_path, fsync=False)
+    assert restarted.recovery["removed_temporary_files"] == 2
+    assert not list(folder.glob("*.tmp"))

@@ -88,3 +88,12 @@ def test_deletes_are_counted_by_the_keys_removed():
     tier.put_many([(KEYS[0], blob(0)), (KEYS[1], blob(1))])
     assert tier.delete([KEYS[0], KEYS[1], KEYS[2]]) == 2
     assert tier.stats().count("delete", "ok") == 2
+
+
+def test_a_get_counts_the_keys_found_as_ok_and_the_absent_ones_as_misses():
+    tier = HostTier(100)
+    tier.put_many([(KEYS[0], blob(0))])
+    assert tier.get_many([KEYS[0], KEYS[1], KEYS[2]]) == [blob(0), None, None]
+    stats = tier.stats()
+    assert (stats.count("get", "ok"), stats.count("get", "miss")) == (1, 2)
+    assert stats.bytes_read == len(blob(0))

@@ -443,3 +443,178 @@ def test_the_redis_tier_asks_a_hung_server_once_per_call():
         server.close()
         for conn in accepted:
             conn.close()
+
+
+def test_a_default_breaker_opens_on_the_third_failure_in_a_row():
+    """Three failures in a row from a fresh breaker (the default threshold) open it."""
+    from paged_kv.tiers import CircuitBreaker
+
+    breaker = CircuitBreaker()
+    for _ in range(2):
+        assert breaker.allow()
+        breaker.record_failure()
+    assert breaker.is_closed and breaker.allow()
+    breaker.record_failure()
+    assert not breaker.is_closed and not breaker.allow() and breaker.times_opened == 1
+
+
+def test_a_breaker_of_threshold_one_opens_on_its_first_failure():
+    from paged_kv.tiers import CircuitBreaker
+
+    breaker = CircuitBreaker(1, 60.0)
+    breaker.record_failure()
+    assert breaker.state == "open" and not breaker.allow()
+
+
+@pytest.mark.parametrize("clock", [5, None, "monotonic"], ids=repr)
+def test_a_breaker_refuses_a_clock_that_is_not_a_function(clock):
+    from paged_kv.tiers import CircuitBreaker
+
+    with pytest.raises(InvalidArgument, match="clock is a function"):
+        CircuitBreaker(3, 1.0, clock=clock)
+
+
+def test_a_redis_server_that_exits_at_start_says_so_at_once():
+    """A server that dies at start (here a bad option) fails start() with its exit code and
+    log at once, not after waiting out the timeout for an answer."""
+    from paged_kv.errors import PagedKVError
+
+    require_redis_server()
+    server = RedisServer(extra_args=("--no-such-option", "yes"))
+    try:
+        began = time.monotonic()
+        with pytest.raises(PagedKVError, match=r"exited at start with code 1; see .*redis\.log"):
+            server.start(timeout_s=5.0)
+        assert time.monotonic() - began < 4.0
+    finally:
+        server.close()
+
+
+def test_a_redis_server_never_started_can_be_killed_stopped_and_closed():
+    """Cleanup code may stop a server whose start never ran: nothing raises, and close()
+    still removes its directory."""
+    require_redis_server()
+    server = RedisServer()
+    assert server.dir.is_dir()
+    server.kill()
+    server.stop()
+    server.close()
+    assert server.pid is None and not server.dir.exists()
+
+
+def test_stop_and_kill_return_once_the_servers_process_has_exited(redis_server):
+    import signal
+
+    pid = redis_server.pid
+    redis_server.stop()
+    assert redis_server.process.returncode is not None and not redis_server.ping()
+    assert redis_server.restart().pid != pid and redis_server.ping()
+    redis_server.kill()
+    assert redis_server.process.returncode == -signal.SIGKILL and not redis_server.ping()
+    redis_server.close()
+    assert not redis_server.dir.exists()
+
+
+def test_a_local_redis_cluster_has_three_nodes_by_default():
+    require_redis_server()
+    cluster = RedisClusterNodes()
+    try:
+        assert len(cluster.nodes) == 3 and all(n.cluster for n in cluster.nodes)
+        assert len({port for _, port in cluster.startup_nodes}) == 3
+    finally:
+        cluster.close()
+
+
+def test_a_cluster_whose_start_fails_stops_the_nodes_it_had_started():
+    from paged_kv.errors import PagedKVError
+
+    require_redis_server()
+    cluster = RedisClusterNodes(2)
+    cluster.nodes[1].extra_args = ("--no-such-option", "yes")
+    try:
+        with pytest.raises(PagedKVError, match="exited at start"):
+            cluster.start()
+        first = cluster.nodes[0]
+        assert first.process is not None and first.process.poll() is not None
+        assert not first.ping() and not first.dir.exists()
+    finally:
+        cluster.close()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def mutant_keys(n: int) -> list[str]:
+    return [MUTANTS_SPACE.key(bytes([i]) * 32) for i in range(n)]
+
+
+def test_the_redis_tiers_usage_is_refreshed_once_a_full_second_has_passed(redis_server):
+    clock = FakeClock()
+    tier = RedisTier(redis_server.url, clock=clock)
+    keys = mutant_keys(3)
+    assert tier.usage() == (None, None)
+    tier.put_many([(keys[0], b"a")])
+    assert tier.usage()[0] == 1
+    clock.now = 0.5
+    tier.put_many([(keys[1], b"b")])
+    assert tier.usage()[0] == 1, "refreshed at most once a second"
+    clock.now = 1.0
+    tier.put_many([(keys[2], b"c")])
+    assert tier.usage()[0] == 3
+    tier.close()
+
+
+def test_the_redis_tiers_evictions_never_go_down_when_the_servers_count_resets(
+    redis_factory,
+):
+    """Evictions are Redis's own, read from INFO: a server whose counter restarts from zero
+    (CONFIG RESETSTAT, a restart) adds nothing, and the tier's count stays."""
+    probe = redis_factory()
+    baseline = int(raw_client(probe).info("memory")["used_memory"])
+    server = redis_factory(maxmemory=baseline + 300_000, policy="allkeys-lru")
+    clock = FakeClock()
+    tier = RedisTier(server.url, clock=clock)
+    keys = mutant_keys(60)
+    tier.put_many([(keys[0], b"x" * 20_000)])
+    for i in range(1, 60, 10):
+        tier.put_many([(k, b"x" * 20_000) for k in keys[i : i + 10]])
+    clock.now = 1.0
+    tier.put_many([(keys[0], b"x" * 20_000)])
+    evicted = tier.stats().evictions
+    assert evicted > 0
+    client = raw_client(server)
+    client.flushall()
+    client.config_resetstat()
+    clock.now = 2.0
+    tier.put_many([(keys[1], b"y")])
+    assert tier.stats().evictions == evicted and tier.usage()[0] == 1
+    tier.close()
+
+
+def test_closing_the_redis_tier_closes_its_connections(redis_server):
+    raw = raw_client(redis_server)
+    tier = RedisTier(redis_server.url)
+    tier.put_many([(mutant_keys(1)[0], b"a")])
+    assert raw.info("clients")["connected_clients"] == 2
+    tier.close()
+    deadline = time.monotonic() + 5
+    while raw.info("clients")["connected_clients"] > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert raw.info("clients")["connected_clients"] == 1
+
+
+def test_a_cluster_tiers_ping_asks_every_primary_and_fails_while_one_is_down(redis_cluster):
+    tier = RedisTier(cluster_nodes=redis_cluster.startup_nodes)
+    assert tier.ping()
+    names = sorted(f"{host}:{port}" for host, port in redis_cluster.startup_nodes)
+    assert tier.endpoint_states() == dict.fromkeys(names, "closed")
+    tier.close()
+    redis_cluster.nodes[2].kill()
+    fresh = RedisTier(cluster_nodes=redis_cluster.startup_nodes)
+    assert not fresh.ping()
+    fresh.close()

@@ -313,7 +313,8 @@ class DiskTier(Tier):
 
     def _entries(self) -> list[tuple[Path, os.stat_result]]:
         """Every entry under the root that is not a directory (links to directories
-        included, never followed), with its lstat; the quarantine is left out."""
+        included, never followed: os.walk without followlinks does not descend into a link),
+        with its lstat; the quarantine is left out."""
         entries: list[tuple[Path, os.stat_result]] = []
         for top, dirs, files in os.walk(self.root, followlinks=False):
             here = Path(top)
@@ -325,7 +326,6 @@ class DiskTier(Tier):
                     info = path.lstat()
                     if not stat.S_ISDIR(info.st_mode):
                         entries.append((path, info))
-            dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
         return entries
 
     def _key_of_path(self, path: Path) -> Key | None:

@@ -87,6 +87,8 @@ class RedisTier(Tier):
 
     `socket_timeout` and `connect_timeout` (seconds) bound each call; `failure_threshold`
     failures in a row open a server's breaker for `cooldown_s`. `ttl_s` gives keys an expiry.
+    `clock` (seconds, monotonic; injectable for tests) times the cooldowns and the refresh of
+    `usage()`.
     """
 
     def __init__(
@@ -366,7 +368,7 @@ class RedisTier(Tier):
 
     def _refresh_usage(self) -> None:
         """Keys, used memory and evictions from INFO, at most once a second."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._usage_at < 1.0:
             return
         self._usage_at = now
