@@ -16,10 +16,11 @@ Why a small driver on Python's `ast` rather than mutmut: the operators are exact
 listed below and nothing else; mutants are enumerated in a fixed order and sampled with a
 fixed seed, so two runs on the same commit test the same mutants; each mutant runs in its own
 throwaway copy of the repository (never in the working tree, which others edit while this
-runs), with only the tests mapped to its module; and there is no extra dependency, cache
-directory or configuration format to keep working. The price: the mutated module is written
-back with `ast.unparse`, so comments and formatting are lost in the copy (line numbers in the
-report are those of the original source).
+runs), with only the tests mapped to its module that ran its line; and the one dependency is
+coverage.py (which test ran which line), with no cache directory or configuration format to
+keep working. The price: the mutated module is written back with `ast.unparse`, so comments
+and formatting are lost in the copy (line numbers in the report are those of the original
+source).
 
 What is tested: by default the commit HEAD (`git archive`), so colleagues' half-done edits in
 a shared working tree can neither fail the baseline nor make results unreproducible; the
@@ -48,31 +49,37 @@ so re-check the reason and update or drop the entry (tests/test_mutation_equival
 checks the same against the working tree). A survivor in dead code is fixed by deleting it.
 
 Running: `pytest -x -q -p no:cacheprovider --hypothesis-seed=0` (without pyproject's nbval
-options) over the module's tests from TESTS, fast and specific files first, without writing
-bytecode (a mutant of the same size written within the same second must not reuse a stale
-.pyc). Each run is a child forked from one Python per copy that has already imported pytest,
-hypothesis, numpy and torch (`Prewarmed`); the child imports paged_kv and the tests fresh from
-its copy, and a run that imported another paged_kv stops the tool. Each module's tests first
-run unmutated in the copy; a module whose baseline fails twice is reported and skipped. (One
-retry, because the two copies share the machine's ports and processes: at 40171cb the metrics
-baseline failed once while local_redis's mutants ran beside it, and passed alone.) The
-per-mutant timeout is `max(--timeout, 3 x that baseline)`, so a busy machine does not count
-correct mutants as killed; a timeout counts as killed (an infinite loop is a detected fault).
+options, with hypothesis's plugin alone and asserts not rewritten: see PYTEST_ARGS), without
+writing bytecode (a mutant of the same size written within the same second must not reuse a
+stale .pyc). Each run is a child forked from one Python per copy that has already imported
+pytest, hypothesis, numpy and torch (`Prewarmed`); the child imports paged_kv and the tests
+fresh from its copy, and a run that imported another paged_kv stops the tool.
 
-Cost: a run costs its start plus the tests up to the first failure; a survivor runs them all.
-A fresh `python -m pytest` spends ~4 s of CPU starting; a prewarmed child about a fifth of it
-(one test: 20 s fresh vs 4 s prewarmed, at load average 16 on 2 cores, measured in one run).
-Each module's baseline is queued ahead of the previous module's mutants, so both jobs stay
-busy. Before prewarming, with --jobs 2 on 2 cores over the 31 modules of the cache, the
-scheduler and the tiers, 6 per module (180 run) took 1014 s at load 0.8-3.3. The default is
-now 20 per module (615 mutants in 32 modules); the tiers' modules run their own test files
-(test_tiers_<module>.py) and leave the engine-level tests out where those add nothing.
-Measured at 9f3ea2c with --jobs 2 on 2 cores (load 1.5-2.1): 601 mutants in 33 modules in
-2,577 s, 4,509 s of CPU (`cpu_s`; the elapsed time counts the neighbours too). A killed mutant
-costs 1-4 s; a survivor runs its whole list, up to 2 minutes for the cache core's modules, and a
-hung one waits max(20 s, 3 x baseline). Listing every target's mutants takes 6 s (101 s before
-a mutant's text came from a copy of its node). `--modules X --save` re-measures modules in the
-saved run.
+First the baseline: every module's tests from TESTS, unmutated, once, spread over the copies
+and traced by coverage.py with one context a test, so the tool knows each test's time and
+which tests ran each line of each target module. A test that fails runs once more (the two
+copies share the machine's ports and processes: at 40171cb the metrics tests failed once while
+local_redis's ran beside them, and passed alone); a module with a test that fails twice is
+reported and skipped. Then each mutant runs the tests of its module that ran its statement (a
+compound statement's header), fastest first; when they all pass, or none ran it, the module's
+whole list runs before the mutant counts as a survivor (a test may run the line where the
+tracer does not see it: another process, a thread that outlived its test). A line run outside
+any test (an import: a class attribute, a default value) runs the whole list at once. The
+timeout of a run is `max(--timeout, 3 x its tests' baseline seconds)`, so a busy machine does
+not count correct mutants as killed; a timeout counts as killed (an infinite loop is a
+detected fault).
+
+Cost: a run costs its start plus the tests up to the first failure; a survivor runs its whole
+list as well. A fresh `python -m pytest` spends ~4 s of CPU starting; a prewarmed child 0.7 s
+for one test (2.8 s before it stopped loading anyio's plugin, rewriting asserts and collecting
+the garbage of the imports it inherits). Before prewarming, with --jobs 2 on 2 cores over the
+31 modules of the cache, the scheduler and the tiers, 6 per module (180 run) took 1014 s at
+load 0.8-3.3. At 9f3ea2c, with a baseline run for each module and every mutant running its
+module's whole list: 601 mutants in 33 modules in 2,577 s (4,509 s of CPU; `cpu_s`, as the
+elapsed time counts the neighbours too), half of it in the 33 baselines. The run with one traced
+baseline is measured in bench/results/mutation.json (README.md quotes it).
+Listing every target's mutants takes 6 s (101 s before a mutant's text came from a copy of its
+node). `--modules X --save` re-measures modules in the saved run.
 """
 
 from __future__ import annotations
