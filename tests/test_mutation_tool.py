@@ -1,7 +1,8 @@
-"""tools/mutation_test.py: its operators, exclusions and sampling, on a toy module (nothing
-is run: the driver's pytest runs are exercised by running the tool itself)."""
+"""tools/mutation_test.py: its operators, exclusions and sampling, on a toy module, and one
+real traced run of the toy's tests (the whole driver is exercised by running the tool itself)."""
 
 import ast
+import json
 import subprocess
 import sys
 
@@ -146,3 +147,41 @@ def test_every_test_node_the_tool_runs_still_collects():
         text=True,
     )
     assert run.returncode == 0, run.stdout[-2000:]
+
+
+def test_a_mutants_lines_are_its_statements_or_a_compound_statements_header():
+    by_kind = {(m.kind, m.original): m.lines for m in mutants()}
+    assert by_kind[("compare", "x < low")] == (8,)  # the if's header, not its body
+    assert by_kind[("remove", "x = low + 1")] == (9,)
+    assert by_kind[("arith", "x -= 1")] == (11,)
+
+
+def test_a_traced_run_says_which_test_ran_each_line(tmp_path):
+    """The real run: a prewarmed child runs pytest under coverage.py, one context a test, and
+    writes each test's time and outcome and the tests that ran each line ("" at import)."""
+    (tmp_path / "toy.py").write_text(TOY)
+    (tmp_path / "test_toy.py").write_text(
+        "from toy import clamp\n\n"
+        "def test_low():\n    assert clamp(-5) == 1\n\n"
+        "def test_high():\n    assert clamp(9) == 3\n\n"
+        "def test_fails():\n    assert clamp(1) == 2\n"
+    )
+    out = tmp_path / "trace.json"
+    trace = {"include": [str(tmp_path / "toy.py")], "out": str(out)}
+    try:
+        outcome, _ = mt.run_tests(tmp_path, ["test_toy.py"], 120, trace=trace)
+        again, _ = mt.run_tests(tmp_path, ["test_toy.py::test_low"], 120)  # untraced
+
+    finally:
+        mt.kill_live_runs()
+    traced = json.loads(out.read_text())
+    assert (outcome, again) == ("failed", "passed")
+    assert {t: o for t, (_, o) in traced["tests"].items()} == {
+        "test_toy.py::test_low": "passed",
+        "test_toy.py::test_high": "passed",
+        "test_toy.py::test_fails": "failed",
+    }
+    lines = traced["lines"]["toy.py"]
+    assert lines["9"] == ["test_toy.py::test_low"]  # x = low + 1
+    assert lines["11"] == ["test_toy.py::test_high"]  # x -= 1
+    assert "" in lines["6"] and "" not in lines["8"]  # the def runs at import, its body in tests
