@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from test_tiers_base import TOY_FP
 from test_tiers_codec import toy_payloads
 
@@ -19,36 +20,25 @@ def _connector(store, staging_blocks):
     return KVConnector(store, manager, None, TOY_FP, staging_blocks=staging_blocks)
 
 
-def test_the_connector_serves_a_priced_request_from_its_staged_blocks():
+@pytest.mark.parametrize(("staging_blocks", "still_loadable"), [(8, 6), (3, 6), (2, 0)])
+def test_the_connector_serves_a_priced_request_from_at_most_staging_blocks(
+    staging_blocks, still_loadable
+):
     """Blocks verified while pricing a request stay staged until it is admitted: pricing it
-    again after the tier lost them still finds them."""
+    again after the tier lost them still finds them. Staging is bounded: a request of exactly
+    `staging_blocks` blocks stays wholly staged; past that the oldest staged blocks go first,
+    and a request whose first block left staging (and the tier) loads nothing."""
     from paged_kv.cache.sequence import TokenSequence
 
     host = HostTier(1 << 20)
     store = TieredStore([host], metrics=None)
-    connector = _connector(store, staging_blocks=8)
+    connector = _connector(store, staging_blocks=staging_blocks)
     seq = TokenSequence(list(range(7)))  # 3 full blocks before the last token
     hashes = seq.full_block_hashes(TOY_FP.block_size)
     store.save(store.key_space(TOY_FP), hashes[:3], toy_payloads(3))
     assert connector.loadable_tokens(seq, 0) == 6
     host.delete(store.key_space(TOY_FP).keys(hashes[:3]))
-    assert connector.loadable_tokens(seq, 0) == 6
-
-
-def test_the_connector_stages_at_most_staging_blocks():
-    """Staging is bounded: the oldest staged blocks go first, and a request whose first block
-    left staging (and the tier) loads nothing."""
-    from paged_kv.cache.sequence import TokenSequence
-
-    host = HostTier(1 << 20)
-    store = TieredStore([host], metrics=None)
-    connector = _connector(store, staging_blocks=2)
-    seq = TokenSequence(list(range(7)))
-    hashes = seq.full_block_hashes(TOY_FP.block_size)
-    store.save(store.key_space(TOY_FP), hashes[:3], toy_payloads(3))
-    assert connector.loadable_tokens(seq, 0) == 6
-    host.delete(store.key_space(TOY_FP).keys(hashes[:3]))
-    assert connector.loadable_tokens(seq, 0) == 0
+    assert connector.loadable_tokens(seq, 0) == still_loadable
 
 
 def test_the_connector_lets_go_of_staged_blocks_once_it_has_loaded_them():
@@ -79,18 +69,3 @@ def test_the_connector_lets_go_of_staged_blocks_once_it_has_loaded_them():
     assert connector.block_sources["a"] == ["host"] * 3 + ["computed"]
     host.delete(store.key_space(fp).keys(hashes[:3]))
     assert connector.loadable_tokens(TokenSequence(list(range(7))), 0) == 0
-
-
-def test_the_connector_keeps_as_many_staged_blocks_as_staging_blocks_says():
-    """A request of exactly `staging_blocks` loadable blocks stays wholly staged."""
-    from paged_kv.cache.sequence import TokenSequence
-
-    host = HostTier(1 << 20)
-    store = TieredStore([host], metrics=None)
-    connector = _connector(store, staging_blocks=3)
-    seq = TokenSequence(list(range(7)))
-    hashes = seq.full_block_hashes(TOY_FP.block_size)
-    store.save(store.key_space(TOY_FP), hashes[:3], toy_payloads(3))
-    assert connector.loadable_tokens(seq, 0) == 6
-    host.delete(store.key_space(TOY_FP).keys(hashes[:3]))
-    assert connector.loadable_tokens(seq, 0) == 6

@@ -1065,7 +1065,7 @@ def git_commit(rev: str) -> str | None:
         return None
 
 
-def _names(node_id: str, entries: tuple[str, ...]) -> bool:
+def _named_by(node_id: str, entries: tuple[str, ...]) -> bool:
     """Whether a test's node id is one that TESTS' `entries` name (a file, or a test in it)."""
     return any(
         node_id.startswith(f"{e}::")
@@ -1105,7 +1105,7 @@ class ModuleRun:
     whole_list: int = 0  # mutants that ran every test in the module's list
 
     def attach(self, baseline: Baseline) -> None:
-        self.node_ids = [n for n in baseline.tests if _names(n, self.tests)]
+        self.node_ids = [n for n in baseline.tests if _named_by(n, self.tests)]
         self.seconds = {n: baseline.tests[n][0] for n in self.node_ids}
         self.covered = baseline.lines.get(self.module, {})
         failed = any(baseline.tests[n][1] != "passed" for n in self.node_ids)
@@ -1260,8 +1260,8 @@ def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, bega
             outcome, seconds = "passed", 0.0
             if chosen:
                 outcome, seconds = run_tests(checkout, chosen, run.timeout(chosen), run.keyword)
-            if outcome == "passed":
-                run.whole_list += 1
+            whole = outcome == "passed"
+            if whole:
                 outcome, more = run_tests(checkout, run.tests, run.timeout(), run.keyword)
                 seconds += more
         finally:
@@ -1269,6 +1269,7 @@ def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, bega
             checkouts.put(checkout)
         verdict = {"passed": "SURVIVED", "failed": "killed", "timeout": "killed (timeout)"}
         with lock:
+            run.whole_list += whole
             run.outcomes.append((mutant, outcome, seconds))
             left[run.module] -= 1
             done, last = len(run.outcomes), left[run.module] == 0
@@ -1285,7 +1286,7 @@ def run_all(runs: list[ModuleRun], checkouts: queue.Queue[Path], jobs: int, bega
     tasks = []
     for run in runs:
         run.attach(baseline)
-        if run.baseline != ("passed", run.cost()) or not run.mutants:
+        if run.baseline is None or run.baseline[0] != "passed" or not run.mutants:
             report(run)
         else:
             tasks += [(run, m) for m in run.mutants]

@@ -249,7 +249,7 @@ def constant_work(
     large size as at the small one (twice plus `slack`), counting the work in `obj`'s
     containers; otherwise `work_grows`, naming the container or function at fault."""
     costs: list[int] = []
-    meter, lines = Meter(), [Counter[str](), Counter[str]()]
+    meter, lines = Meter(), [Counter(), Counter()]  # lines: each size's lines by function
     for size, by_function in zip(sizes, lines, strict=True):
         with stage(f"{what} with {size:,} {unit}"):
             obj, context = build(size)
