@@ -126,12 +126,8 @@ class _PolicyCheck:
         constant_work(
             self._touched, evictions, (1, 255), what=ten, unit="touches each", hint=_UP, slack=200
         )
-        with stage("timing 30 blocks passing through caches of 100 and 5,000"):
-            ratio = grows_in_time(cached.__getitem__, lambda c: _churn(c[0], c[1][:30]), _SIZES)
-        if ratio is not None:
-            slower = f"30 blocks took {ratio:,.0f}× longer through a cache of 5,000 than of 100"
-            why = "(the fastest of 3 rounds, twice): work grows where the counts cannot see it"
-            raise CheckFailed(f"{slower} {why}.", causes.WORK_GROWS)
+        churn = lambda c: _churn(c[0], c[1][:30])  # noqa: E731
+        grows_in_time(cached.__getitem__, churn, _SIZES, what="30 blocks passing", unit="cached")
 
     def _touched(self, count: int) -> tuple[Any, int]:
         policy = self.built(8_000)  # a window that keeps every touch

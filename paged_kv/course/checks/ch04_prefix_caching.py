@@ -18,7 +18,7 @@ from paged_kv.cache.hashing import block_hashes
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.course.checks import causes
-from paged_kv.course.checks.cost import constant_work
+from paged_kv.course.checks.cost import constant_work, grows_in_time
 from paged_kv.course.checks.failures import CheckFailed, call, exercise, passed, short_repr
 from paged_kv.course.checks.harness import Mismatch, Trial, fail_with, fixed, search
 from paged_kv.course.learner_manager import learner_manager
@@ -37,6 +37,8 @@ _PROBES = [  # (token_ids, block_size, salt, PYTHONHASHSEED of a fresh process, 
 ]
 _DIGEST = "each a whole digest, the 32 bytes of hashlib.sha256(...).digest() (not its "
 _DIGEST += ".hexdigest(), nothing cut short, never Python's hash())"
+_ONCE = "Twice the tokens may cost twice the work, not more: hash each block once, "
+_ONCE += "sha256(parent + its encoding), the parent's digest standing for all before it."
 _COLLISION = "a hash names the block's tokens, all before them (chain the parent's hash in) and "
 _COLLISION += "the salt, in bytes no other input gives: each id whole, in a fixed width (ids pass "
 _COLLISION += "100,000: struct.pack('<q', id)), a tag for no salt ('' and 'None' are salts)"
@@ -56,8 +58,16 @@ def check_chained_hash(fn: Callable[..., list[bytes]]) -> None:
         (256, 512),
         what="chained_hashes(list(range(n)), 4)",
         unit="tokens",
-        hint="Twice the tokens may cost twice the work, not more: hash each block once, "
-        "sha256(parent + its encoding), the parent's digest standing for all before it.",
+        hint=_ONCE,
+    )
+    grows_in_time(  # a buffer of every token so far, hashed at each block: quadratic, in C
+        lambda n: list(range(n)),
+        lambda tokens: fn(tokens, 4),
+        (1_024, 16_384),
+        what="chained_hashes(list(range(n)), 4)",
+        unit="tokens",
+        hint=_ONCE,
+        factor=64,  # 16 times the tokens: 16 times the time, linear; about 256, quadratic
     )
     passed("chained, salted, collision-free, one hash per block, the same in other processes")
 

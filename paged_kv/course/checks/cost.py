@@ -2,7 +2,8 @@
 three meters each blind where the others see: Python lines run (`count_lines_executed`);
 entries touched in the containers an object holds, in C too (`instrument` swaps them for
 counting twins: `min()`, `x in list`, `list.pop(0)`...); seconds at two sizes, with a wide
-margin, for the rest (`grows_in_time`: a scan over a `range` or a bytearray)."""
+margin, for the rest (`grows_in_time`: a scan over a `range`, a bytearray or a growing
+bytes object)."""
 
 from __future__ import annotations
 
@@ -275,10 +276,17 @@ def constant_work(
 
 
 def grows_in_time(
-    make: Callable[[int], Any], work: Callable[[Any], None], sizes: Sizes, factor: float = 25.0
-) -> float | None:
-    """The time of `work(obj)` on a fresh object of the large size over the small one, if it
-    exceeds `factor` in two separate measurements, else None."""
+    make: Callable[[int], Any],
+    work: Callable[[Any], object],
+    sizes: Sizes,
+    *,
+    what: str,
+    unit: str,
+    hint: str = "",
+    factor: float = 25.0,
+) -> None:
+    """`work(obj)` on a fresh object of the large size must not take over `factor` times as
+    long as on the small one, in two separate measurements; otherwise `work_grows`."""
 
     def ratio(rounds: int = 3) -> float:
         """The fastest time over the rounds, the sizes taking turns, the collector paused."""
@@ -296,6 +304,12 @@ def grows_in_time(
                 gc.enable()
         return best[1] / max(best[0], 1e-9)
 
-    first = ratio()
-    second = ratio() if first > factor else 0.0
-    return min(first, second) if second > factor else None
+    with stage(f"timing {what} with {sizes[0]:,} and {sizes[1]:,} {unit}"):
+        first = ratio()
+        second = ratio() if first > factor else 0.0
+    if second > factor:
+        small, large = (f"{size:,} {unit}" for size in sizes)
+        slower = f"{what} took {min(first, second):,.0f}× as long with {large} as with {small}"
+        why = "(the fastest of 3 rounds, measured twice): work that grows where the counts "
+        why += "cannot see it, in C (a `range`, a new set or a growing buffer on each call?)"
+        raise CheckFailed(f"{slower} {why}. {hint}".rstrip(), causes.WORK_GROWS)
