@@ -56,3 +56,8 @@ class InvalidWeights(PagedKVError, ValueError):
     """A weights file does not match its recorded SHA-256, or its tensors do not fit the
     model it describes (a missing, extra or misshapen tensor, a bad header); nothing was
     loaded. Restore the file, or re-create it with the script that wrote it."""
+
+
+class MissingExtra(PagedKVError, ImportError):
+    """A part of the package needs an optional extra that is not installed; the message
+    names it (`pip install 'paged_kv[course]'`). The library's core needs no extra."""
