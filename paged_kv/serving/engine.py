@@ -34,6 +34,7 @@ from paged_kv.validation import as_int, require_token_ids
 
 if TYPE_CHECKING:
     from paged_kv.cache.hashing import Salt
+    from paged_kv.cache.usage import UsageStats
     from paged_kv.tiers.store import TieredStore
 
 
@@ -142,6 +143,9 @@ class Engine:
     changes nothing but the cache's contents: its requests go back to waiting with all their
     tokens, to be retried by the next step, and no block it was to write stays in the prefix
     cache. `abort` drops a request for good; a failed `generate` aborts its own requests.
+    A fault in your parts (any exception, `KeyboardInterrupt` included) is handled the same
+    wherever it lands; the one exception: when releasing a finished request fails, the step's
+    tokens stand and the next step releases it first.
     """
 
     def __init__(
@@ -301,6 +305,8 @@ class Engine:
         """
         began = time.perf_counter()
         plan = self.scheduler.schedule()
+        if not plan.chunks and not self.has_unfinished():
+            return plan  # it released requests that had finished (their release had failed)
         try:
             if not plan.chunks:
                 raise PagedKVError(
@@ -319,13 +325,15 @@ class Engine:
             if self.connector is not None:
                 self.connector.save_computed(plan.chunks)  # blocks that became full this step
             tokens = self._sample_batch(plan, logits)
+            usage = self.manager.stats()  # asks the policy: before anything is recorded
         except BaseException:
             self._stats.preemptions.extend(plan.preempted)  # those stand
             self.scheduler.abandon(plan)
             raise
-        self._record(plan)
+        self._record(plan, usage)
         for chunk, token in zip(plan.chunks, tokens, strict=True):
             chunk.request.record_sample(token)
+        for chunk in plan.chunks:  # a release that fails is made again by the next step
             if chunk.request.is_done:
                 self.scheduler.finish(chunk.request)
         self._stats.elapsed_s += time.perf_counter() - began
@@ -469,7 +477,7 @@ class Engine:
         probs = torch.softmax((row - row.max()) / request.params.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=request.generator))
 
-    def _record(self, plan: StepPlan) -> None:
+    def _record(self, plan: StepPlan, usage: UsageStats) -> None:
         """Count what `plan` computed and note the queues and blocks while it ran."""
         s = self._stats
         s.steps += 1
@@ -485,7 +493,6 @@ class Engine:
                 decode += 1
         s.prefill_tokens_computed += prefill
         s.generated_tokens += len(plan.chunks)
-        usage = self.manager.stats()
         s.peak_running = max(s.peak_running, len(self.scheduler.running))
         s.peak_blocks_in_use = max(s.peak_blocks_in_use, usage.num_in_use_blocks)
         self.timeline.append(
