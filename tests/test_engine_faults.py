@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
+import threading
+from collections import Counter, deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
@@ -29,7 +30,7 @@ from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.snapshot import BlockState
 from paged_kv.course.learner_manager import learner_manager
-from paged_kv.errors import InvalidArgument, PagedKVError
+from paged_kv.errors import EngineBusy, InvalidArgument, PagedKVError
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import TinyLM, greedy_dense
 from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams, Scheduler, StepPlan
@@ -440,7 +441,7 @@ TestEngineMachine = EngineMachine.TestCase
 TestEngineMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 
 
-# -- a fault at every call into someone else's code -------------------------------------------
+# -- a fault at every call into someone else's code, and one thread at a time ---------------
 # As in test_manager's fault test: each part the engine takes from its user (the eviction
 # policy, the model's forward, the decode attention, the sampler, a Scheduler subclass, the
 # tiered store) is wrapped so that every call into it is a counted site; a fault-free run
@@ -554,3 +555,57 @@ def test_a_fault_at_any_call_into_the_engines_parts_changes_no_token(site: str, 
     sites, tokens = _faulted_engine_run((site, n, error))
     assert sites.armed is None  # it fired
     assert tokens == _CLEAN_TOKENS
+
+
+def test_a_second_thread_is_refused_while_one_is_inside_a_step() -> None:
+    """The first thread is held inside a step's decode attention (between planning and the
+    forward pass's end); every changing call from a second thread raises `EngineBusy` and
+    changes nothing, and the held step then finishes as if alone."""
+    model = TinyLM(seed=1)
+    inside, go_on, hold = threading.Event(), threading.Event(), [True]
+
+    def attention(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor
+    ) -> torch.Tensor:
+        if hold[0]:
+            hold[0] = False
+            inside.set()
+            assert go_on.wait(timeout=60)
+        return paged_decode(q, k, v, tables, lens)
+
+    engine = Engine(model, num_blocks=16, block_size=BLOCK, attention=attention)
+    first = engine.add_request([1, 2, 3, 4, 5], SamplingParams(3))
+    engine.step()  # its prefill: no decode attention yet
+    errors: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            engine.step()
+        except BaseException as error:  # reported to the test's thread
+            errors.append(error)
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    try:
+        assert inside.wait(timeout=60)
+        before = (engine.manager.snapshot(), engine.requests[first].output, engine.stats())
+        calls = [
+            lambda: engine.abort(first),
+            lambda: engine.add_request([9, 9]),
+            engine.step,
+            engine.run,
+            lambda: engine.generate([[1, 2]], max_new_tokens=1),
+        ]
+        for call in calls:
+            with pytest.raises(EngineBusy, match="another thread"):
+                call()
+        assert (engine.manager.snapshot(), engine.requests[first].output, engine.stats()) == (
+            before
+        )
+        assert len(engine.requests) == 1 and engine.scheduler.waiting == deque()
+    finally:
+        go_on.set()
+        worker.join(timeout=60)
+    assert not errors and not worker.is_alive()
+    engine.run()  # the lock was handed back: this thread may use the engine now
+    assert engine.completion(first).token_ids == greedy_dense(model, [1, 2, 3, 4, 5], 3)

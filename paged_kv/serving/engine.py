@@ -6,6 +6,7 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
+from paged_kv.serving.one_thread import one_thread_at_a_time
 from paged_kv.serving.scheduler import (
     MAX_SEED,
     Preemption,
@@ -146,6 +148,10 @@ class Engine:
     A fault in your parts (any exception, `KeyboardInterrupt` included) is handled the same
     wherever it lands; the one exception: when releasing a finished request fails, the step's
     tokens stand and the next step releases it first.
+
+    One thread at a time: `add_request`, `generate`, `run`, `step` and `abort` called from a
+    second thread while another is inside one of them raise `EngineBusy`, changing nothing.
+    Use one engine per thread, or send requests to the thread that runs the engine.
     """
 
     def __init__(
@@ -191,9 +197,11 @@ class Engine:
         self.timeline: list[StepRecord] = []
         self._stats = EngineStats()
         self._next_id = 0
+        self._one_thread = threading.RLock()  # held by the thread inside a call
 
     # -- requests in ---------------------------------------------------------------------
 
+    @one_thread_at_a_time
     def add_request(
         self,
         prompt: str | Sequence[int],
@@ -217,6 +225,7 @@ class Engine:
         self._enqueue(request)
         return request.request_id
 
+    @one_thread_at_a_time
     def generate(
         self,
         prompts: Sequence[str | Sequence[int]],
@@ -278,6 +287,7 @@ class Engine:
     def has_unfinished(self) -> bool:
         return bool(self.scheduler.waiting or self.scheduler.running)
 
+    @one_thread_at_a_time
     def run(self, progress: bool = False) -> None:
         """Step until every request has finished; `progress` shows a bar of generated tokens."""
         bar = None
@@ -295,6 +305,7 @@ class Engine:
         if bar is not None:
             bar.close()
 
+    @one_thread_at_a_time
     def step(self) -> StepPlan:
         """Schedule, compute one batch, sample one token per scheduled request; return the plan.
 
@@ -339,6 +350,7 @@ class Engine:
         self._stats.elapsed_s += time.perf_counter() - began
         return plan
 
+    @one_thread_at_a_time
     def abort(self, request_id: int) -> None:
         """Drop a waiting or running request for good (e.g. one whose steps keep failing):
         its blocks are released and it is never scheduled again."""
