@@ -29,6 +29,7 @@ from paged_kv.cache import (
 from paged_kv.errors import (
     CacheBusy,
     DuplicateSequence,
+    EngineBusy,
     InvalidArgument,
     InvalidBlock,
     OutOfBlocks,
@@ -73,6 +74,7 @@ __all__ = [
     "CacheBusy",
     "DuplicateSequence",
     "Engine",
+    "EngineBusy",
     "EvictionPolicy",
     "InvalidArgument",
     "InvalidBlock",
