@@ -1,17 +1,25 @@
 """`paged_kv.course.parts` keeps what a learner built: the defining cells of a part (and of its
 helpers and base classes, defined in other cells), without the cells' other statements. What it
 cannot keep so that it loads back, it refuses before writing; a part still a stub, or a file
-that does not load, is not the learner's part; and every message names the folder it read."""
+that does not load, is not the learner's part; every message names the folder it read; and a
+pytest run keeps its parts out of the learner's folders."""
 
 import functools
 import linecache
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import nbformat
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import BlockPool, InvalidArgument, PagedKVError
 from paged_kv.course import parts
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CELL_A = """import hashlib
 
@@ -275,3 +283,56 @@ def test_a_corrupt_or_hostile_file_is_a_typed_error_shown_as_its_message(folder,
     part, why = parts.origin("pool")
     assert part is None and why == message  # the capstone says so, and the library's stands in
     assert parts.load("eviction") is None  # the other parts are not affected
+
+
+def _notebook(path, *cells):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = [nbformat.v4.new_code_cell(cell) for cell in cells]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+
+
+_SAVING = """from pathlib import Path
+
+from paged_kv.course import parts
+
+
+def mine(token_ids, block_size, salt=None):
+    return {who!r}
+
+
+parts.save(block_hasher=mine)
+Path({report!r}).write_text(str(parts.parts_dir()))
+"""
+
+_LOADING = """from paged_kv.course import parts
+
+found = parts.load("block_hasher")
+assert found is not None and found([], 4) == {who!r}, parts.origin("block_hasher")
+"""
+
+
+def test_a_pytest_run_keeps_the_parts_its_notebooks_save_out_of_the_learners_folders(tmp_path):
+    """The repository's conftest.py, on notebooks of `exercises/` and `solutions/` that save a
+    part, and one that loads the part its folder saved, on two workers: nothing is written
+    beside the notebooks nor in the learner's $PAGED_KV_PARTS; the parts go to one folder for
+    the session, removed after it, where each notebook folder has its own."""
+    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text())
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    reports = {who: tmp_path / f"{who}.txt" for who in ("exercises", "solutions")}
+    for who, report in reports.items():
+        _notebook(tmp_path / who / "01_save.ipynb", _SAVING.format(who=who, report=str(report)))
+    _notebook(tmp_path / "solutions" / "02_load.ipynb", _LOADING.format(who="solutions"))
+    drive = tmp_path / "drive"  # the learner's own PAGED_KV_PARTS, left as it is
+    env = {**os.environ, "PAGED_KV_PARTS": str(drive)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "-q"]
+    command += ["--nbval-current-env", "-n", "2", "--dist=loadgroup", "exercises", "solutions"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "3 passed" in done.stdout, done.stdout[-3000:]
+    written = [p for p in tmp_path.rglob("*") if p.name in ("my_paged_kv", "block_hasher.py")]
+    assert written == [] and not drive.exists()
+    folders = {who: Path(report.read_text()) for who, report in reports.items()}
+    session = folders["exercises"].parent.parent
+    assert session.name.startswith("paged_kv-parts-") and not session.exists()  # removed
+    assert folders == {who: session / who / "my_paged_kv" for who in folders}
