@@ -90,10 +90,10 @@ def save(**parts: Any) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         paths.append(path)
-        stubs = ", ".join(f"`{stub}`" for stub in _stubs(parts[name]))
+        stubs = _listed(_stubs(parts[name]))
         stub = (
-            f": ⚠️ {stubs} still has its stub (raise NotImplementedError), so the library's "
-            "stands in for it until you write it, run its cell and save again"
+            f": ⚠️ it still has the stub of {stubs} (raise NotImplementedError), so the "
+            "library's stands in for it until you write it, run its cell and save again"
         )
         print(f"saved {PARTS[name].what} as {_shown(path)}{stub if stubs else ''}")
     return paths
@@ -123,9 +123,17 @@ def origin(name: str) -> tuple[Any, str]:
     if obj is None:
         return None, f"not saved yet, which {notebook} does when run to its end"
     if stubs := _stubs(obj):
-        which = ", ".join(f"`{stub}`" for stub in stubs)
-        return None, f"{_shown(path)} still has the stub of {which}, to write in {notebook}"
+        return (
+            None,
+            f"{_shown(path)} still has the stub of {_listed(stubs)}, to write in {notebook}",
+        )
     return obj, f"yours, from {_shown(path)}"
+
+
+def _listed(stubs: list[str]) -> str:
+    """The first stub's name, and how many more ("" for none)."""
+    more = f" and {len(stubs) - 1} more" if len(stubs) > 1 else ""
+    return f"`{stubs[0]}`{more}" if stubs else ""
 
 
 def _part(name: str) -> Part:
@@ -262,13 +270,22 @@ def _codes(code: types.CodeType) -> list[types.CodeType]:
 
 
 def _same_code(copy: Any, obj: Any) -> bool:
-    """`copy` has `obj`'s kind, name and attributes, and each own function's code."""
+    """`copy` has `obj`'s kind, name and attributes, and the code of each own function."""
     if inspect.isclass(copy) != inspect.isclass(obj) or copy.__qualname__ != obj.__qualname__:
         return False
     if inspect.isclass(obj) and sorted(vars(copy)) != sorted(vars(obj)):
         return False
-    code = {f.__qualname__: f.__code__.co_code for f in _functions(copy)}
-    return code == {f.__qualname__: f.__code__.co_code for f in _functions(obj)}
+    code = {f.__qualname__: _shape(f.__code__) for f in _functions(copy)}
+    return code == {f.__qualname__: _shape(f.__code__) for f in _functions(obj)}
+
+
+def _shape(code: types.CodeType) -> tuple[Any, ...]:
+    """What `code` is made of (arguments, names, constants, nested code), but its bytecode,
+    which differs with what else is compiled with it (IPython compiles a cell's statements one
+    by one; a saved file, all at once)."""
+    consts = tuple(_shape(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
+    arguments = (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount)
+    return code.co_name, arguments, code.co_varnames, code.co_names, consts
 
 
 def _stubs(obj: Any) -> list[str]:
