@@ -261,7 +261,12 @@ class Scheduler:
         self.waiting.append(request)
 
     def schedule(self) -> StepPlan:
-        """Plan the next step: decode every running request, then admit waiting ones."""
+        """Plan the next step: decode every running request, then admit waiting ones.
+
+        A running request that is done already (its release failed in the last step) is
+        finished first."""
+        for request in [r for r in self.running if r.is_done]:
+            self.finish(request)
         plan = StepPlan(self.step, self.max_batch_tokens)
         self.step += 1
         try:
@@ -389,7 +394,8 @@ class Scheduler:
         plan.preempted.append(Preemption(plan.step, request.request_id, request.num_tokens, reason))
 
     def finish(self, request: Request) -> None:
-        """`request` is done: release its blocks (full ones stay cached for others)."""
+        """`request` is done: release its blocks (full ones stay cached for others). All or
+        nothing: if the release fails, `request` stays running, to be finished by `schedule`."""
         self.manager.free_sequence(request.request_id)
         self.running.remove(request)
         request.status = RequestStatus.FINISHED
