@@ -61,7 +61,14 @@ class CorruptBlock(PagedKVError, ValueError):
 class InvalidWeights(PagedKVError, ValueError):
     """A weights file does not match its recorded SHA-256, or its tensors do not fit the
     model it describes (a missing, extra or misshapen tensor, a bad header); nothing was
-    loaded. Restore the file, or re-create it with the script that wrote it."""
+    loaded. Restore the file, or re-create it with the script that wrote it.
+
+    `field` names what was refused ("sha256", "header", a config field such as
+    "hidden_size", or a tensor's name), for tests and logs."""
+
+    def __init__(self, message: str, *, field: str = "file") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class MissingExtra(PagedKVError, ImportError):

@@ -182,7 +182,7 @@ class GateTier(Tier):
             n += 1
         return n
 
-    def get_many(self, keys):
+    def get_many(self, keys, max_bytes=None):
         return [self.data.get(k) for k in keys]
 
     def put_many(self, items):
@@ -257,7 +257,7 @@ EXIT_SCRIPT = textwrap.dedent(
         def __init__(self):
             super().__init__("remote")
         def count_leading(self, keys): return 0
-        def get_many(self, keys): return [None] * len(keys)
+        def get_many(self, keys, max_bytes=None): return [None] * len(keys)
         def put_many(self, items):
             threading.Event().wait()  # never returns
         def delete(self, keys): return 0

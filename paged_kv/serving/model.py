@@ -317,6 +317,30 @@ class TinyLM(nn.Module):
         return (angles.cos() * scale).to(self.dtype), (angles.sin() * scale).to(self.dtype)
 
 
+def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor in `TinyLM(config).state_dict()`, computed without
+    building the model (a weights file is checked against it before anything is allocated).
+    Its cost grows with `config.num_layers`: bound that first."""
+    c = config
+    h, i = c.hidden_size, c.intermediate_size
+    layer: dict[str, tuple[int, ...]] = {"input_layernorm.weight": (h,)}
+    for proj, rows in (("q", c.num_heads), ("k", c.num_kv_heads), ("v", c.num_kv_heads)):
+        layer[f"self_attn.{proj}_proj.weight"] = (rows * c.head_dim, h)
+        if c.attention_bias:
+            layer[f"self_attn.{proj}_proj.bias"] = (rows * c.head_dim,)
+    layer |= {
+        "self_attn.o_proj.weight": (h, c.num_heads * c.head_dim),
+        "post_attention_layernorm.weight": (h,),
+        "mlp.gate_proj.weight": (i, h),
+        "mlp.up_proj.weight": (i, h),
+        "mlp.down_proj.weight": (h, i),
+    }
+    shapes = {"embed_tokens.weight": (c.vocab_size, h)}
+    for n in range(c.num_layers):
+        shapes |= {f"layers.{n}.{name}": shape for name, shape in layer.items()}
+    return shapes | {"norm.weight": (h,), "lm_head.weight": (c.vocab_size, h)}
+
+
 def greedy_dense(model: TinyLM, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
     """Greedy decoding with no cache at all: rerun the whole sequence for every new token.
 

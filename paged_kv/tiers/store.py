@@ -180,7 +180,7 @@ class TieredStore:
             tier, j = sources[i], i
             while j < len(sources) and sources[j] is tier:
                 j += 1
-            blobs = tier.get_many(keys[i:j])
+            blobs = tier.get_many(keys[i:j], max_bytes=space.fingerprint.max_blob_bytes)
             for k, blob in zip(range(i, j), blobs, strict=True):
                 if blob is None:
                     return self._promote(loaded, keys)
