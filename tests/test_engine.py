@@ -452,3 +452,19 @@ def test_the_extreme_accepted_values_sample_finitely():
     assert coldest.token_ids == greedy_dense(model(), [1, 2, 3], 4)  # as good as greedy
     (hottest,) = engine.generate([[1, 2, 3]], 4, temperature=1e30, seed=0)
     assert all(0 <= t < 256 for t in hottest.token_ids)  # uniform, but finite
+
+
+def test_a_completion_counts_its_first_admissions_prompt_hits_and_its_recomputed_tokens():
+    # 14 blocks of 8 for 8 requests: preemptions, and readmissions whose hits (their own
+    # generated tokens among them) exceed their prompts.
+    prompts, _ = workload()
+    engine = Engine(model(), num_blocks=14, block_size=8)
+    out = engine.generate(prompts, 24)
+    readmitted = [engine.requests[c.request_id].num_cached_tokens for c in out]
+    assert any(hits >= len(p) for hits, p in zip(readmitted, prompts, strict=True)), "none"
+    system = prompts[0][:40]  # five blocks of 8, shared by most prompts
+    for c, prompt in zip(out, prompts, strict=True):
+        assert c.num_cached_prompt_tokens in ((0, 40) if prompt[:40] == system else (0,)), c
+        assert (c.num_recomputed_tokens > 0) == (c.num_preemptions > 0), c
+    assert sum(c.num_cached_prompt_tokens > 0 for c in out) >= 4
+    assert sum(c.num_recomputed_tokens for c in out) == engine.stats().recomputed_tokens > 0

@@ -49,7 +49,8 @@ class Tokenizer(Protocol):
 @dataclass(frozen=True)
 class Completion:
     """A finished request: its prompt, the tokens generated and their text (None when the
-    engine has no tokenizer)."""
+    engine has no tokenizer); how many prompt tokens its first admission found cached
+    (`num_cached_prompt_tokens`), and how many tokens it computed again after preemptions."""
 
     request_id: int
     prompt_ids: list[int]
@@ -57,6 +58,7 @@ class Completion:
     text: str | None
     num_cached_prompt_tokens: int
     num_preemptions: int
+    num_recomputed_tokens: int
 
 
 @dataclass(frozen=True)
@@ -371,8 +373,9 @@ class Engine:
             request.prompt,
             request.output,
             None if self.tokenizer is None else self.tokenizer.decode(request.output),
-            request.num_cached_tokens,
+            request.num_prompt_hits,
             request.num_preemptions,
+            request.num_recomputed_tokens,
         )
 
     def metrics_text(self) -> str:
@@ -499,8 +502,7 @@ class Engine:
             if chunk.admitted:
                 prefill += chunk.num_tokens
                 s.prefill_tokens_saved += chunk.start
-                if chunk.request.num_preemptions:
-                    s.recomputed_tokens += chunk.num_tokens
+                s.recomputed_tokens += chunk.request.count_admission(chunk.start, chunk.num_tokens)
             else:
                 decode += 1
         s.prefill_tokens_computed += prefill

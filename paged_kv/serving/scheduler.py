@@ -95,6 +95,9 @@ class Request:
         self.pending_token: int | None = None
         self.status = RequestStatus.WAITING
         self.num_preemptions = 0
+        self.num_prompt_hits = 0  # tokens its first admission did not compute: prefix hits
+        self.num_recomputed_tokens = 0  # tokens its readmissions after preemptions computed
+        self._admitted = False
         self.arrival: int | None = None  # its place in arrival order, set by the scheduler
         self.times_overtaken = 0  # later arrivals admitted while it waited (longest_prefix)
         self.generator = torch.Generator()
@@ -126,6 +129,17 @@ class Request:
     def num_cached_tokens(self) -> int:
         """Prefix-cache hits at its latest admission."""
         return self.sequence.num_cached_tokens
+
+    def count_admission(self, num_hit_tokens: int, num_computed_tokens: int) -> int:
+        """An admission of this request was computed: `num_hit_tokens` came from the prefix
+        cache (or a lower tier), `num_computed_tokens` were computed. The first admission's
+        hits are its prompt hits; what a readmission after a preemption computes is counted as
+        recomputed, and returned (0 otherwise)."""
+        if not self._admitted:
+            self._admitted, self.num_prompt_hits = True, num_hit_tokens
+        recomputed = num_computed_tokens if self.num_preemptions else 0
+        self.num_recomputed_tokens += recomputed
+        return recomputed
 
     @property
     def is_done(self) -> bool:
