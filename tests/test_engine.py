@@ -146,6 +146,21 @@ def test_stop_tokens_end_a_request_early():
     assert out[0].token_ids == expected[0][: expected[0].index(stop) + 1]
 
 
+def test_the_models_eos_ends_a_request_unless_it_ignores_eos():
+    prompts, expected = workload()
+    eos = expected[0][3]
+    assert model().eos_token_ids == ()  # TinyLM has none unless given one
+    with_eos = TinyLM(seed=0)
+    with_eos.eos_token_ids = (eos,)
+    engine = Engine(with_eos, num_blocks=200)
+    [stopped] = engine.generate(prompts[:1], NEW_TOKENS)
+    assert stopped.token_ids == expected[0][: expected[0].index(eos) + 1]
+    [ignored] = engine.generate(prompts[:1], NEW_TOKENS, ignore_eos=True)
+    rid = engine.add_request(prompts[0], SamplingParams(NEW_TOKENS, ignore_eos=True))
+    engine.run()
+    assert ignored.token_ids == engine.completion(rid).token_ids == expected[0]
+
+
 def test_text_prompts_go_through_the_tokenizer():
     engine = Engine(model(), num_blocks=50)
     [completion] = engine.generate(["hello"], 5)
@@ -378,6 +393,7 @@ def test_a_request_may_fill_the_whole_cache_but_not_one_token_more():
         {"salt": 5},
         {"stop_token_ids": [-1]},
         {"stop_token_ids": 5},
+        {"ignore_eos": 1},
     ],
 )
 def test_bad_generate_arguments_change_nothing(kwargs):

@@ -236,13 +236,15 @@ class Engine:
         temperature: float = 0.0,
         seed: int | None = None,
         stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
         progress: bool = False,
         salt: Salt = None,
     ) -> list[Completion]:
         """Serve `prompts` together and return their completions in order.
 
         Greedy by default; with a temperature, request i samples with seed `seed + i`, so
-        results do not depend on how the requests were batched. Every prompt is checked
+        results do not depend on how the requests were batched. A request ends at one of
+        `stop_token_ids` or, unless `ignore_eos`, of the model's EOS ids. Every prompt is checked
         before any is queued (a str is one prompt). All or nothing: if a step raises, these
         requests are aborted before the error reaches the caller.
         """
@@ -267,6 +269,7 @@ class Engine:
                     temperature,
                     None if seed is None else seed + i,
                     stops,
+                    ignore_eos,
                 ),
                 request_id=self._next_id + i,
                 salt=salt,
@@ -444,7 +447,7 @@ class Engine:
                 f"but the whole cache has {capacity}; shorten the request or add blocks."
             )
         request_id = self._next_id if request_id is None else request_id
-        return Request(request_id, seq, params)
+        return Request(request_id, seq, params, self.model.eos_token_ids)
 
     def _enqueue(self, request: Request) -> None:
         self.requests[request.request_id] = request

@@ -40,14 +40,17 @@ MAX_SEED = 2**64 - 1
 class SamplingParams:
     """How to pick tokens: greedy when temperature is 0, else seeded random sampling.
 
-    Checked when made: `max_new_tokens` an int >= 1, `temperature` a real number that is 0
-    or finite and at least `MIN_TEMPERATURE`, `seed` None or an int in 0..`MAX_SEED`,
-    `stop_token_ids` token ids."""
+    A request ends after `max_new_tokens`, or at a token of `stop_token_ids` or of the
+    model's EOS ids (`TinyLM.eos_token_ids`) unless `ignore_eos`; the stopping token is
+    part of the output. Checked when made: `max_new_tokens` an int >= 1, `temperature` a real
+    number that is 0 or finite and at least `MIN_TEMPERATURE`, `seed` None or an int in
+    0..`MAX_SEED`, `stop_token_ids` token ids, `ignore_eos` a bool."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         require_positive_int("max_new_tokens", self.max_new_tokens)
@@ -68,6 +71,8 @@ class SamplingParams:
             )
         stops = require_token_ids(self.stop_token_ids, "stop_token_ids")
         object.__setattr__(self, "stop_token_ids", tuple(stops))
+        if not isinstance(self.ignore_eos, bool):
+            raise InvalidArgument(f"ignore_eos must be True or False, got {self.ignore_eos!r}.")
 
 
 class RequestStatus(enum.Enum):
@@ -86,11 +91,18 @@ class Request:
     """
 
     def __init__(
-        self, request_id: int, prompt: Sequence[int] | TokenSequence, params: SamplingParams
+        self,
+        request_id: int,
+        prompt: Sequence[int] | TokenSequence,
+        params: SamplingParams,
+        eos_token_ids: Sequence[int] = (),
     ) -> None:
         self.request_id = request_id
         self.sequence = prompt if isinstance(prompt, TokenSequence) else TokenSequence(prompt)
         self.params = params
+        eos = () if params.ignore_eos else tuple(eos_token_ids)
+        self.stop_token_ids = frozenset(params.stop_token_ids + eos)
+        """What ends it: its params' stop ids and, unless they ignore it, the model's EOS."""
         self.num_prompt_tokens = len(self.sequence)
         self.pending_token: int | None = None
         self.status = RequestStatus.WAITING
@@ -143,7 +155,7 @@ class Request:
 
     @property
     def is_done(self) -> bool:
-        stop = self.pending_token is not None and self.pending_token in self.params.stop_token_ids
+        stop = self.pending_token is not None and self.pending_token in self.stop_token_ids
         return stop or self.num_output_tokens >= self.params.max_new_tokens
 
     def record_sample(self, token: int) -> None:
