@@ -13,6 +13,7 @@ import functools
 import inspect
 import os
 import signal
+import sys
 import sysconfig
 import threading
 import traceback
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import paged_kv
+from paged_kv.course import check_marker
 from paged_kv.course.checks import causes
 from paged_kv.errors import PagedKVError
 
@@ -31,6 +33,7 @@ _LIBRARY_DIRS = tuple(
     for p in {str(Path(paged_kv.__file__).parent)}
     | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
 )
+_CHECKS_DIR = os.path.realpath(Path(__file__).parent) + os.sep
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 _stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
 CAP_SECONDS = 10.0  # the most one check may take, on any answer
@@ -62,8 +65,13 @@ def expect(condition: bool, message: str, cause: str = causes.UNNAMED) -> None:
 
 
 def passed(what: str) -> None:
+    """Say that the check calling this passed, and leave its mark for the grader (only a check
+    of this package leaves one: a learner's `def check_x(): passed(...)` does not)."""
     label = _label.get()
     print(f"✅ {label}: {what}" if label else f"✅ {what}: all checks passed")
+    caller = sys._getframe(1).f_code
+    if os.path.realpath(caller.co_filename).startswith(_CHECKS_DIR):
+        check_marker.leave(caller.co_name, label or "", what)
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
