@@ -116,7 +116,7 @@ _REFUSED = {
 
 def _in_any_order(got: Any, want: list[int]) -> str | None:
     try:
-        same = sorted(got) == want
+        same = want == sorted(got)
     except TypeError:
         same = False
     return None if same else "return the blocks that reached 0, in any order"

@@ -18,7 +18,7 @@ from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course import parts as saved
 from paged_kv.course.checks import causes
-from paged_kv.course.checks.failures import exercise, passed, stage
+from paged_kv.course.checks.failures import exercise, passed, plain, stage
 from paged_kv.course.checks.harness import (
     Trial,
     differential,
@@ -104,9 +104,10 @@ def _step(trial: Trial, state: tuple, op: tuple) -> list:
         trial.returns_a_copy(
             line, got, f"manager.block_table({seq!r})", lambda: mine.block_table(seq)
         )
-    if kind == "free" and pool.released != table[::-1]:
+    released = plain(pool.released)
+    if kind == "free" and table[::-1] != released:
         trial.fail(
-            causes.WRONG_ORDER if sorted(pool.released) == sorted(table) else causes.WRONG_RESULT,
+            causes.WRONG_ORDER if sorted(table) == sorted(released) else causes.WRONG_RESULT,
             "release the table last block first (one call, or one per block from the tail): "
             "the tail is then the first block reused",
             subject=f"manager.{method}",

@@ -19,7 +19,14 @@ from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.cost import constant_work, grows_in_time
-from paged_kv.course.checks.failures import CheckFailed, call, exercise, passed, short_repr
+from paged_kv.course.checks.failures import (
+    CheckFailed,
+    call,
+    exercise,
+    passed,
+    plain,
+    short_repr,
+)
 from paged_kv.course.checks.harness import Mismatch, Trial, fail_with, fixed, search
 from paged_kv.course.learner_manager import learner_manager
 from paged_kv.errors import InvalidArgument, OutOfBlocks
@@ -78,7 +85,7 @@ def _play_hashes(fn: Callable[..., Any], ops: list[Any], trial: Trial) -> None:
         salted = {} if salt is None else {"salt": salt}
         line = f"chained_hashes({tokens}, {size}{''.join(f', salt={salt!r}' for _ in salted)})"
         if seed is None:
-            got = _listed(trial.run(line, fn, trial.hand(tokens), size, **salted))
+            got = _listed(plain(trial.run(line, fn, trial.hand(tokens), size, **salted)))
         else:
             line += f"  # in a fresh Python, PYTHONHASHSEED={seed}"
             trial.note(line)
@@ -146,7 +153,7 @@ def check_cached_prefix(fn: Callable[..., list[int]], *, seed: int = 0) -> None:
             line,
             lambda: fn(index, trial.hand(hashes), n, size),
             lambda: cache.longest_prefix(hashes[:cap]),
-            compare=lambda got, want: None if _listed(got) == want else _HINT.format(cap),
+            compare=lambda got, want: None if want == _listed(got) else _HINT.format(cap),
         )
         if index != cache.block_of_hash():
             message = f"`{line}` changed the index: it is the cache's own, shared by every "
@@ -256,7 +263,7 @@ def check_allocate_table(fn: Callable[..., list[int]], *, seed: int = 0) -> None
             trial.expect(_STATE, _state(mine), _state(ref), _STATE_HINT)
             if want is None:  # refused
                 continue
-            if _listed(got) != want:
+            if want != _listed(plain(got)):
                 hint = "the hits first, as they are, then the fresh blocks, in a new list"
                 trial.fail(causes.WRONG_RESULT, hint, line=line, want=want, got=short_repr(got))
             trial.run(f"pool.keep_content({want})", mine.keep_content, want)

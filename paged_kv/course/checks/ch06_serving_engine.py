@@ -19,7 +19,7 @@ from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.course import parts as saved
 from paged_kv.course.checks import causes, failures
-from paged_kv.course.checks.failures import CheckFailed, exercise, passed
+from paged_kv.course.checks.failures import CheckFailed, exercise, passed, plain
 from paged_kv.course.checks.harness import Trial, fixed, quiet, search
 from paged_kv.course.learner_manager import learner_manager
 from paged_kv.serving.engine import Engine
@@ -334,7 +334,7 @@ def wrong_tokens(engine: Engine, hint: str = "") -> str | None:
     """What the first request whose tokens are not the cache-free greedy ones got, or None."""
     for i, (request_id, want) in enumerate(zip(engine.requests, _dense(), strict=True)):
         got = engine.completion(request_id).token_ids
-        if got != want:
+        if want != plain(got):
             line = f"request {i}'s tokens"
             return causes.say(causes.WRONG_RESULT, hint, line=line, want=want, got=got)
     return None

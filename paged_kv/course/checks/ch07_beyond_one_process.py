@@ -132,8 +132,8 @@ def _codec(encode: Callable, decode: Callable, i: int, b: Blob, trial: Trial) ->
 def _first_byte(got: Any, want: bytes) -> str | None:
     if not isinstance(got, bytes | bytearray):
         return "encode returns bytes"
-    i = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), len(want))
-    return None if bytes(got) == want else f"byte {i} differs first (the header: {_LAYOUT})"
+    i = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), len(want))
+    return None if want == bytes(got) else f"byte {i} differs first (the header: {_LAYOUT})"
 
 
 # -- exercise 2: the longest run across tiers --------------------------------------------------

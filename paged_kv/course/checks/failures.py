@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
+import dataclasses
 import functools
 import inspect
 import os
 import signal
+import sys
 import sysconfig
 import threading
 import traceback
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import paged_kv
+from paged_kv.course import check_marker
 from paged_kv.course.checks import causes
 from paged_kv.errors import PagedKVError
 
@@ -29,6 +33,7 @@ _LIBRARY_DIRS = tuple(
     for p in {str(Path(paged_kv.__file__).parent)}
     | {sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")}
 )
+_CHECKS_DIR = os.path.realpath(Path(__file__).parent) + os.sep
 _label: contextvars.ContextVar[str | None] = contextvars.ContextVar("exercise", default=None)
 _stage: contextvars.ContextVar[str] = contextvars.ContextVar("stage", default="running the check")
 CAP_SECONDS = 10.0  # the most one check may take, on any answer
@@ -60,8 +65,13 @@ def expect(condition: bool, message: str, cause: str = causes.UNNAMED) -> None:
 
 
 def passed(what: str) -> None:
+    """Say that the check calling this passed, and leave its mark for the grader (only a check
+    of this package leaves one: a learner's `def check_x(): passed(...)` does not)."""
     label = _label.get()
     print(f"✅ {label}: {what}" if label else f"✅ {what}: all checks passed")
+    caller = sys._getframe(1).f_code
+    if os.path.realpath(caller.co_filename).startswith(_CHECKS_DIR):
+        check_marker.leave(caller.co_name, label or "", what)
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
@@ -79,6 +89,72 @@ def _readable(value: Any) -> Any:
         items = [_readable(item) for item in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a NamedTuple
     return value
+
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_TRUSTED = ("paged_kv", "torch", "numpy")  # modules whose types compare by their own code
+
+
+class _Unknown:
+    """A value of a type the checks do not know (the learner's own): equal only to itself."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"<a {type(self.value).__name__}>"
+
+
+def plain(value: Any) -> Any:
+    """`value` rebuilt from builtin types before a check compares it, so that no comparison runs
+    the learner's code: a subclass of list, int, str... is its base's value (read through the
+    base's own methods, never the subclass's `__iter__`, `__int__` or `__eq__`), a memoryview
+    its bytes. The library's own objects (and torch's, numpy's) are kept, their dataclass
+    fields made plain; an object of any other type becomes one that equals nothing else.
+    Compare as `want == plain(got)`, the library's value on the left."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    for base, read in _BASES:
+        if isinstance(value, base):
+            return read(value)
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, tuple):
+        items = [plain(item) for item in tuple.__iter__(value)]
+        named = hasattr(kind, "_fields") and _trusted(kind)
+        return kind(*items) if named else tuple(items)  # the library's NamedTuple kept
+    if isinstance(value, list):
+        return [plain(item) for item in list.__iter__(value)]
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in dict.items(value)}
+    if isinstance(value, frozenset):
+        return frozenset(plain(item) for item in frozenset.__iter__(value))
+    if isinstance(value, set):
+        return {plain(item) for item in set.__iter__(value)}
+    if not _trusted(kind):
+        return _Unknown(value)
+    if dataclasses.is_dataclass(value):
+        copied = copy.copy(value)
+        for field in dataclasses.fields(value):
+            object.__setattr__(copied, field.name, plain(getattr(value, field.name)))
+        return copied
+    return value
+
+
+_BASES: tuple[tuple[type, Callable[[Any], Any]], ...] = (
+    (int, int.__int__),
+    (float, float.__float__),
+    (str, str.__str__),
+    (bytes, lambda v: bytes.__getitem__(v, slice(None))),
+    (bytearray, lambda v: bytes(bytearray.__iter__(v))),
+)
+
+
+def _trusted(kind: type) -> bool:
+    return kind.__module__.split(".")[0] in _TRUSTED
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from paged_kv.course.checks.failures import (
     CheckFailed,
     ExerciseNotDone,
     learner_error,
+    plain,
     short_repr,
     where_raised,
 )
@@ -94,7 +95,7 @@ class Trial:
         for watched in self._watched:
             watched[0] = given_to = watched[0] or line
             _, given, handed = watched
-            if handed != given:
+            if given != plain(handed):
                 when = "after the call" if given_to == line else f"after the later `{line}`"
                 self.fail(causes.MUTATES_ARGUMENT, line=given_to, want=given, got=handed, when=when)
 
@@ -130,14 +131,15 @@ class Trial:
     ) -> tuple[Any, Any]:
         """The library's `theirs()`, then the learner's `mine()`: the same refusal (type and
         fields; `why` says why it refuses), or results that `compare` (default: equality) finds
-        alike (else its message, or `hint`, says what to do)."""
+        alike (else its message, or `hint`, says what to do). Both compare `plain(got)`, never
+        the learner's object."""
         try:
             want = theirs()
         except PagedKVError as refusal:
             return self.refuses(line, mine, refusal, why=why), refusal
         got = self.run(line, mine)
-        wrong = compare(got, want) if compare else None
-        if wrong or (compare is None and got != want):
+        wrong = compare(plain(got), want) if compare else None
+        if wrong or (compare is None and want != plain(got)):
             self.fail(causes.WRONG_RESULT, wrong or hint, line=line, want=want, got=short_repr(got))
         return got, want
 
@@ -181,21 +183,21 @@ class Trial:
     def returns_a_copy(self, line: str, returned: list[Any], expr: str, read: Thunk) -> None:
         """`returned` (what `line` gave) is the caller's: changing it must not change `expr`."""
         line = line.split("  #")[0]
-        before = _copied(self.read(expr, read))
+        before = plain(self.read(expr, read))
         returned.append(-1)
-        after = _copied(self.read(expr, read))
+        after = plain(self.read(expr, read))
         returned.pop()
-        if after != before:
+        if before != after:
             self.note(f"{line}.append(-1)  # the caller changes its list")
             self.fail(causes.SHARES_RESULT, line=line, expr=expr, want=before, got=after)
 
     def expect(self, expr: str, got: Any, want: Any, hint: str = "") -> None:
         """An observable read back after the last line: `got` must equal `want` (right after a
-        refused call, a difference is `not_all_or_nothing`)."""
-        if got == want:
+        refused call, a difference is `not_all_or_nothing`). It compares `plain(got)`."""
+        if want == plain(got):
             return
         with contextlib.suppress(TypeError):  # (items that do not sort are in no order)
-            if isinstance(want, list) and sorted(got) == want:
+            if isinstance(want, list) and want == sorted(plain(got)):
                 self.fail(causes.WRONG_ORDER, hint, subject=expr, line=expr, want=want, got=got)
         cause = causes.NOT_ALL_OR_NOTHING if self._refused else causes.WRONG_STATE
         last = self.lines[-1].split("  #")[0] if self.lines else expr
@@ -214,7 +216,7 @@ def _wrong_fields(
 ) -> Mismatch | None:
     """A refusal of the right type whose fields (what was asked, what there is) differ."""
     fields, theirs = vars(mine), vars(refusal)
-    if all(fields.get(k) == v for k, v in theirs.items()):
+    if all(v == plain(fields.get(k)) for k, v in theirs.items()):
         return None
     name = type(refusal).__name__
     said = {
@@ -224,10 +226,6 @@ def _wrong_fields(
     }
     message = causes.say(causes.WRONG_ERROR, hint, line=line, where="", **said)
     return Mismatch(causes.WRONG_ERROR, message, _method(line))
-
-
-def _copied(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
 
 
 def fixed(scenario: Callable[[Trial], None]) -> None:
