@@ -8,9 +8,13 @@ the quick tier wherever its files are.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,7 +73,7 @@ def xdist_group(nodeid: str) -> str:
     """The pytest-xdist group of a test: its file, so that one worker runs a notebook's cells
     in order and sets up a file's fixtures once; every notebook of `solutions/` (and of
     `exercises/`) in one group, since chapter 06's capstone loads the parts that the earlier
-    chapters' notebooks save in their directory's `my_paged_kv/`."""
+    chapters' notebooks save in their directory's `my_paged_kv/` (`notebook_parts`)."""
     path = nodeid.split("::")[0]
     folder = path.split("/")[0]
     return folder if folder in ("solutions", "exercises") else path
@@ -90,14 +94,67 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason or "# NBVAL_SKIP, no reason below it"))
 
 
+SESSION_PARTS = pytest.StashKey[Path]()
+"""The temporary folder that keeps the parts (`paged_kv.course.parts`) saved while this pytest
+session runs, its workers' too: the learner's own (`exercises/my_paged_kv/`, `$PAGED_KV_PARTS`)
+are never read or written by the tests."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker runs on one thread of torch: the workers already fill the cores,
     and torch's threads in each would only wait on each other (on a busy machine one random
-    fault-injection test of the engine took 112 s that way; the whole file takes 36 s now)."""
+    fault-injection test of the engine took 112 s that way; the whole file takes 36 s now).
+    The session's parts folder (`SESSION_PARTS`) is made here, by the controller, and removed
+    when the session ends; its workers take the controller's."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
         torch.set_num_threads(1)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.stash[SESSION_PARTS] = Path(workerinput["paged_kv_parts"])
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="paged_kv-parts-"))
+        config.stash[SESSION_PARTS] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, for each worker it starts: keep parts in the controller's folder."""
+    node.workerinput["paged_kv_parts"] = str(node.config.stash[SESSION_PARTS])
+
+
+def notebook_parts(session: Path, notebook: Path) -> Path:
+    """Where a notebook that this session runs keeps the parts it saves: `my_paged_kv/` under
+    its folder's path (from the repository root) in the session's folder, as a learner's sits
+    beside their notebooks, so that every notebook of `solutions/` sees the parts the others
+    save, and never those of `exercises/`."""
+    folder = notebook.resolve().parent
+    path = relative_to_root(folder) or folder.relative_to(folder.anchor).as_posix()
+    return session / path / "my_paged_kv"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    """nbval starts a notebook's kernel in its first cell's setup, with this process's
+    environment: then `PAGED_KV_PARTS` names the notebook's folder of parts for this session."""
+    if item.path.suffix != ".ipynb":
+        return (yield)
+    with pytest.MonkeyPatch.context() as patch:
+        folder = notebook_parts(item.config.stash[SESSION_PARTS], item.path)
+        patch.setenv("PAGED_KV_PARTS", str(folder))
+        return (yield)
+
+
+@pytest.fixture(autouse=True)
+def parts_of_this_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test keeps the parts it saves, or that the kernels and graders it starts save, in
+    a folder of its own under the session's (`PAGED_KV_PARTS`, unset it to test the default)."""
+    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    folder = request.config.stash[SESSION_PARTS] / "tests" / name
+    monkeypatch.setenv("PAGED_KV_PARTS", str(folder))
+    return folder
 
 
 @pytest.hookimpl(trylast=True)

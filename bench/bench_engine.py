@@ -9,13 +9,17 @@ Prints four tables; writes bench/results/engine.json only with --save. Usage:
    at admission: how many requests run at once and how fast, paged blocks against a contiguous
    reservation of the model's whole context per request (the engine with one block of `CONTEXT`
    tokens per request is exactly that).
-3. The peer a user would reach for: `transformers`' batched greedy `generate` (left-padded, with
-   an attention mask) of a random `LlamaForCausalLM` of TinyLM's default shape, against the
-   engine serving the same weights loaded with `from_hf`: same prompts (table 1's), same number
-   of new tokens, same threads. Both must produce the same tokens (checked, and reported).
+3. The peers a user would reach for, on a random `LlamaForCausalLM` of TinyLM's default shape:
+   `transformers`' batched greedy `generate` (left-padded, with an attention mask) and, where
+   the installed version has it, its own continuous batching on a paged cache,
+   `generate_batch` (the same cache as the engine's: 512 pages of 16 tokens, 512 tokens and
+   32 requests a step, prefix sharing on; the model's own attention, SDPA), against the engine
+   serving the same weights loaded with `from_hf`: same prompts (table 1's), same number of
+   new tokens, same threads. All must produce the same tokens (checked, and reported).
 4. Where the time goes, for the engine and for `generate` in table 3's workload: each part is
    timed by wrapping it at run time (see `PhaseTimer`; nothing in paged_kv is changed), its
    own time excluding the wrapped parts it calls, so the parts add up to the run.
+   (`generate_batch` runs its loop in a thread of its own, so it is not broken down.)
 Prefill counts include recomputation after preemptions. Every run must give the same greedy
 tokens. All runs of a repeat take turns (who goes first rotates), 5 repeats, with torch's
 threads pinned (`--threads`, 1 by default); tokens/s is the median with its min–max, and
@@ -40,7 +44,8 @@ from results_file import add_save_flag, save_or_say
 import paged_kv.serving.model as model_module
 from paged_kv.course.naive import generate_contiguous
 from paged_kv.serving.engine import Engine
-from paged_kv.serving.model import ModelConfig, TinyLM, from_hf
+from paged_kv.serving.hf import from_hf
+from paged_kv.serving.model import ModelConfig, TinyLM
 from paged_kv.serving.scheduler import SamplingParams
 
 BLOCK = 16
@@ -51,6 +56,7 @@ SYSTEM = (
     "You are a careful assistant for a small library. Answer questions about opening hours, "
     "loans and the reading room politely and in two sentences.\n"
 )
+HF_BATCH = "transformers generate_batch (paged)"
 PAD = 0  # the pad id of transformers' batches (the attention mask says what is padding)
 WORDS = ["when", "can", "I", "borrow", "return", "books", "room", "open", "late", "fees"]
 
@@ -268,6 +274,44 @@ def hf_generate_runner(
             "preemptions": 0,
             "steps": new,
             **({"phases": timer.finish(seconds)} if timer is not None else {}),
+        }
+
+    return serve
+
+
+def hf_generate_batch_runner(hf_model, requests: list[Request]) -> Callable[[], Run] | None:
+    """`generate_batch`, transformers' continuous batching over its paged cache, sized as the
+    engine's in table 3 (None if the installed transformers has none). It runs in its own
+    thread, so the engine's counts (peak running, prefill) are not observable: shown as -."""
+    if not hasattr(hf_model, "generate_batch"):
+        return None
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    prompts = [p for p, _ in requests]
+    [new] = {n for _, n in requests}
+
+    def serve() -> Run:
+        start = time.perf_counter()
+        out = hf_model.generate_batch(
+            prompts,
+            generation_config=GenerationConfig(
+                do_sample=False, max_new_tokens=new, eos_token_id=-1, pad_token_id=PAD
+            ),  # -1: no EOS, as generate_batch itself writes when there is none
+            continuous_batching_config=ContinuousBatchingConfig(
+                page_size=BLOCK, num_blocks=512, max_batch_tokens=512, max_requests_per_batch=32
+            ),  # without sizes it sizes the cache from the free memory: gigabytes on a CPU
+            progress_bar=False,
+            warmup=False,  # it captures CUDA graphs: nothing to warm on a CPU
+        )
+        seconds = time.perf_counter() - start
+        tokens = [o.generated_tokens for o in out.values()]  # in the prompts' order
+        assert len(tokens) == len(prompts) and all(len(t) == new for t in tokens), "cut short"
+        return {
+            "tokens": tokens,
+            "seconds": seconds,
+            "tokens_per_s": len(prompts) * new / seconds,
+            **dict.fromkeys(("peak_running", "prefill_computed", "prefill_saved"), "-"),
+            "preemptions": "-",
         }
 
     return serve
@@ -497,7 +541,7 @@ def main() -> None:
 
         hf_weights = from_hf(hf)  # the same weights, in the engine's model
         HF = f"transformers {transformers.__version__} generate"
-        peer_runners = {
+        peer_runners: dict[str, Callable[[], Run]] = {
             "engine.generate, prefix caching": engine_generate_runner(
                 hf_weights, shared, num_blocks=512
             ),
@@ -506,6 +550,13 @@ def main() -> None:
             ),
             HF: hf_generate_runner(hf, shared),
         }
+        continuous = hf_generate_batch_runner(hf, shared)
+        warm_up = hf_generate_batch_runner(hf, shared_prompt_requests(2, 2))
+        if continuous is None or warm_up is None:
+            print(f"transformers {transformers.__version__} has no generate_batch: not compared")
+        else:
+            peer_runners[HF_BATCH] = continuous
+            warm_up()
         timed_runners = {
             "engine.generate, prefix caching": engine_generate_runner(
                 hf_weights, shared, PhaseTimer(), num_blocks=512
@@ -548,7 +599,8 @@ def main() -> None:
             timed = runs[f"{name}, timed by part"]
             assert all(r["tokens"] == rows[name]["tokens"] for r in timed), f"{name}: timed run"
         hf_tokens = rows[HF].pop("tokens")
-        check_same_tokens({k: v for k, v in rows.items() if k != HF}, engine_tokens)
+        batch_tokens = rows[HF_BATCH].pop("tokens") if HF_BATCH in rows else None
+        check_same_tokens({k: v for k, v in rows.items() if k not in (HF, HF_BATCH)}, engine_tokens)
         same = sum(a == b for a, b in zip(engine_tokens, hf_tokens, strict=True))
         print(
             f"\nThe peer: a random LlamaForCausalLM of TinyLM's shape, the engine serving its "
@@ -561,6 +613,25 @@ def main() -> None:
             f"same tokens as transformers: {same}/{n} requests"
             + ("" if same == n else "  WARNING: the engine and generate disagree")
         )
+        same_batch = None
+        if batch_tokens is not None:
+            same_batch = sum(a == b for a, b in zip(engine_tokens, batch_tokens, strict=True))
+            print(
+                f"same tokens as generate_batch: {same_batch}/{n} requests"
+                + ("" if same_batch == n else "  WARNING: the engine and generate_batch disagree")
+            )
+            for name in ("engine.generate, prefix caching", "engine.generate, no prefix caching"):
+                ratios = [
+                    a / b
+                    for a, b in zip(
+                        rows[name]["tokens_per_s_runs"],
+                        rows[HF_BATCH]["tokens_per_s_runs"],
+                        strict=True,
+                    )
+                ]
+                x = spread(ratios)
+                rows[name]["x_generate_batch"] = x["median"]
+                print(f"{name} x generate_batch: {x['median']:.2f} ({x['min']:.2f}–{x['max']:.2f})")
         parts = {name: breakdown(runs[f"{name}, timed by part"]) for name in timed_runners}
         print(
             f"\nWhere the time goes ({REPEATS} more runs of each, in turn with the others; "
@@ -573,6 +644,7 @@ def main() -> None:
                 "transformers": transformers.__version__,
                 "attention": hf.config._attn_implementation,
                 "same_tokens_requests": same,
+                "same_tokens_requests_generate_batch": same_batch,
                 "rows": rows,
             },
             "where_the_time_goes": parts,

@@ -11,7 +11,7 @@ use.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paged_kv.cache import (
     FIFO,
@@ -29,6 +29,7 @@ from paged_kv.cache import (
 from paged_kv.errors import (
     CacheBusy,
     DuplicateSequence,
+    EngineBusy,
     InvalidArgument,
     InvalidBlock,
     OutOfBlocks,
@@ -37,6 +38,10 @@ from paged_kv.errors import (
 )
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what `__getattr__` loads, as type checkers should see it
+    from paged_kv.attention import KVStorage, paged_decode, paged_prefill
+    from paged_kv.serving import Engine, ModelConfig, SamplingParams, TinyLM, load_tiny_lm
 
 # Core names whose modules import torch: loaded when first asked for, so the cache chapters
 # start fast.
@@ -69,6 +74,7 @@ __all__ = [
     "CacheBusy",
     "DuplicateSequence",
     "Engine",
+    "EngineBusy",
     "EvictionPolicy",
     "InvalidArgument",
     "InvalidBlock",

@@ -36,6 +36,12 @@ class CacheBusy(PagedKVError):
     """The operation needs an idle cache (no block in use); free the sequences first."""
 
 
+class EngineBusy(PagedKVError):
+    """Another thread is inside this engine's call. An engine (and its manager) is used from
+    one thread at a time: give each thread its own engine, or send the requests to the thread
+    that runs it (a queue). Raised before anything changed."""
+
+
 class InvalidBlock(PagedKVError, ValueError):
     """A block id is foreign to the pool, or the block is already free (double free)."""
 
@@ -55,4 +61,16 @@ class CorruptBlock(PagedKVError, ValueError):
 class InvalidWeights(PagedKVError, ValueError):
     """A weights file does not match its recorded SHA-256, or its tensors do not fit the
     model it describes (a missing, extra or misshapen tensor, a bad header); nothing was
-    loaded. Restore the file, or re-create it with the script that wrote it."""
+    loaded. Restore the file, or re-create it with the script that wrote it.
+
+    `field` names what was refused ("sha256", "header", a config field such as
+    "hidden_size", or a tensor's name), for tests and logs."""
+
+    def __init__(self, message: str, *, field: str = "file") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class MissingExtra(PagedKVError, ImportError):
+    """A part of the package needs an optional extra that is not installed; the message
+    names it (`pip install 'paged_kv[course]'`). The library's core needs no extra."""

@@ -1,6 +1,7 @@
 """Paged attention against a float64 dense reference; KV content through the manager."""
 
 import re
+import warnings
 from typing import Any, cast
 
 import pytest
@@ -235,7 +236,21 @@ def _bad_decode_calls():
         ("negative block id", (q, k, v, negative, lens), InvalidBlock, "block id -1"),
         ("heads not grouped", (q[:, :3], k, v, tables, lens), InvalidArgument, "multiple"),
         ("q not 3-D", (q[0], k, v, tables, lens), InvalidArgument, "shapes"),
-    ]
+        # Not tensors: refused with the call that makes one, never converted behind the caller.
+        ("tables as lists", (q, k, v, [[0, 1], [2, 3], [4, 5]], lens), InvalidArgument,
+         "block_tables must be a torch.Tensor ([batch, max_blocks] of block ids), got list; "
+         "pass torch.tensor(block_tables, dtype=torch.int32"),
+        ("tables as numpy", (q, k, v, tables.numpy(), lens), InvalidArgument, "got ndarray"),
+        ("lengths as a list", (q, k, v, tables, lens.tolist()), InvalidArgument,
+         "seq_lens must be a torch.Tensor ([batch] of lengths), got list; pass torch.tensor("),
+        ("q as a list", (q.tolist(), k, v, tables, lens), InvalidArgument,
+         "q must be a torch.Tensor"),
+        ("a cache as numpy", (q, k.numpy(), v, tables, lens), InvalidArgument,
+         "k_cache must be a torch.Tensor"),
+        ("tables elsewhere", (q, k, v, tables.to("meta"), lens), InvalidArgument,
+         "block_tables is on meta but the caches are on cpu; pass block_tables.to('cpu')"),
+        ("q elsewhere", (q.to("meta"), k, v, tables, lens), InvalidArgument, "on one device"),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", sorted(DECODERS))
@@ -254,6 +269,17 @@ def test_table_entries_past_a_sequence_are_not_checked(backend):
     padded = torch.where(tables < 0, 10**6, tables)  # padding no length reaches
     out = DECODERS[backend](q, k, v, padded, lens)
     assert torch.allclose(out, reference_decode(q, k, v, tables, lens), atol=1e-5)
+
+
+def test_prefill_refuses_a_table_that_is_not_a_tensor_on_the_caches_device():
+    q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(9), 1, 4, 2, 2, 16)
+    table = tables[0][tables[0] >= 0]
+    for bad, match in [
+        (table.tolist(), "block_table must be a torch.Tensor ([blocks] of block ids), got list"),
+        (table.to("meta"), "block_table is on meta but the caches are on cpu"),
+    ]:
+        with pytest.raises(InvalidArgument, match=re.escape(match)):
+            paged_prefill(q[:1], k, v, cast(Any, bad), int(lens[0]))
 
 
 def test_prefill_refuses_lengths_beyond_its_table_and_foreign_blocks():
@@ -385,6 +411,40 @@ def test_a_backend_that_cannot_take_the_call_is_refused_with_the_reason(monkeypa
         paged_decode(*args, backend="cuda")
     with pytest.raises(InvalidArgument, match="multiple"):  # shapes first, for any backend
         paged_decode(q[:, :3], k_cache, v_cache, tables, lens, backend="cpu")  # 3 over 2
+
+
+def interleaved_batch(dtype=torch.float32):
+    """A batch whose K and V share one tensor, FlashInfer-style [blocks, 2, block_size, heads,
+    dim]: each cache is a strided view, which the C++ kernel does not read."""
+    q, k, v, tables, lens, _ = random_paged_batch(torch.Generator().manual_seed(3), 3, 4, 2, 2, 16)
+    kv = torch.stack((k, v), dim=1).to(dtype)
+    return q.to(dtype), kv[:, 0], kv[:, 1], tables, lens
+
+
+def test_auto_falling_back_to_the_reference_says_why_once_per_reason(monkeypatch):
+    from paged_kv.attention import slow_path
+
+    monkeypatch.setattr(slow_path, "_told", set())  # a fresh process, as far as it knows
+    q, k, v, tables, lens = interleaved_batch()
+    assert not k.is_contiguous() and decode_backend(q, k, v) == "reference"
+    with pytest.warns(attention.SlowPathWarning) as told:
+        out = paged_decode(q, k, v, tables, lens)
+    [warning] = told
+    assert warning.filename == __file__  # it points at the caller's line
+    assert re.search(
+        r"paged_decode ran the torch reference, not the C\+\+ kernel, because the caches are "
+        r"not contiguous .*k_cache\.contiguous\(\).*backend='reference'",
+        str(warning.message),
+    )
+    assert torch.equal(out, reference_decode(q, k, v, tables, lens))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the same reason is quiet from now on,
+        paged_decode(q, k, v, tables, lens)
+        paged_decode(q, k, v, tables, lens, backend="reference")  # as is the reference asked for
+        paged_decode(q, k.contiguous(), v.contiguous(), tables, lens)  # and the fast path
+        with pytest.warns(attention.SlowPathWarning, match="fp32 only"):  # another reason
+            paged_decode(*interleaved_batch(torch.float16))
+        paged_prefill(q[:1], k, v, tables[0], int(lens[0]))  # no C++ prefill: nothing to say
 
 
 def test_prefill_reference_backend_is_the_reference():

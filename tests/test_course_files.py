@@ -68,6 +68,17 @@ def test_badges_and_install_cell_derive_from_the_one_repository_url():
     assert url.removeprefix("https://github.com/") in notebook_headers.badge("notebooks/x.ipynb")
 
 
+def test_colab_and_the_grade_workflow_install_the_course_extra():
+    extra = notebook_headers.COURSE_EXTRA
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    packages = re.search(rf"^{extra} = \[(.*)\]$", pyproject, re.MULTILINE)
+    assert packages and '"ipywidgets' in packages.group(1) and '"matplotlib' in packages.group(1)
+    assert re.search(rf"^dev = \[\"paged_kv\[{extra},", pyproject, re.MULTILINE)
+    assert f'"paged_kv[{extra}] @ git+' in notebook_headers.setup_source()
+    workflow = (ROOT / ".github/workflows/grade-exercises.yml").read_text()
+    assert f'-e ".[{extra},' in workflow
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_outputs_are_kept_small_and_free_of_tracebacks(path):
     nb = nbformat.read(path, as_version=4)

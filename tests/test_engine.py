@@ -146,6 +146,21 @@ def test_stop_tokens_end_a_request_early():
     assert out[0].token_ids == expected[0][: expected[0].index(stop) + 1]
 
 
+def test_the_models_eos_ends_a_request_unless_it_ignores_eos():
+    prompts, expected = workload()
+    eos = expected[0][3]
+    assert model().eos_token_ids == ()  # TinyLM has none unless given one
+    with_eos = TinyLM(seed=0)
+    with_eos.eos_token_ids = (eos,)
+    engine = Engine(with_eos, num_blocks=200)
+    [stopped] = engine.generate(prompts[:1], NEW_TOKENS)
+    assert stopped.token_ids == expected[0][: expected[0].index(eos) + 1]
+    [ignored] = engine.generate(prompts[:1], NEW_TOKENS, ignore_eos=True)
+    rid = engine.add_request(prompts[0], SamplingParams(NEW_TOKENS, ignore_eos=True))
+    engine.run()
+    assert ignored.token_ids == engine.completion(rid).token_ids == expected[0]
+
+
 def test_text_prompts_go_through_the_tokenizer():
     engine = Engine(model(), num_blocks=50)
     [completion] = engine.generate(["hello"], 5)
@@ -378,6 +393,7 @@ def test_a_request_may_fill_the_whole_cache_but_not_one_token_more():
         {"salt": 5},
         {"stop_token_ids": [-1]},
         {"stop_token_ids": 5},
+        {"ignore_eos": 1},
     ],
 )
 def test_bad_generate_arguments_change_nothing(kwargs):
@@ -452,3 +468,19 @@ def test_the_extreme_accepted_values_sample_finitely():
     assert coldest.token_ids == greedy_dense(model(), [1, 2, 3], 4)  # as good as greedy
     (hottest,) = engine.generate([[1, 2, 3]], 4, temperature=1e30, seed=0)
     assert all(0 <= t < 256 for t in hottest.token_ids)  # uniform, but finite
+
+
+def test_a_completion_counts_its_first_admissions_prompt_hits_and_its_recomputed_tokens():
+    # 14 blocks of 8 for 8 requests: preemptions, and readmissions whose hits (their own
+    # generated tokens among them) exceed their prompts.
+    prompts, _ = workload()
+    engine = Engine(model(), num_blocks=14, block_size=8)
+    out = engine.generate(prompts, 24)
+    readmitted = [engine.requests[c.request_id].num_cached_tokens for c in out]
+    assert any(hits >= len(p) for hits, p in zip(readmitted, prompts, strict=True)), "none"
+    system = prompts[0][:40]  # five blocks of 8, shared by most prompts
+    for c, prompt in zip(out, prompts, strict=True):
+        assert c.num_cached_prompt_tokens in ((0, 40) if prompt[:40] == system else (0,)), c
+        assert (c.num_recomputed_tokens > 0) == (c.num_preemptions > 0), c
+    assert sum(c.num_cached_prompt_tokens > 0 for c in out) >= 4
+    assert sum(c.num_recomputed_tokens for c in out) == engine.stats().recomputed_tokens > 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
+import threading
+from collections import Counter, deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
@@ -22,16 +23,17 @@ import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from test_manager import InjectedInterrupt, RecordedPolicy, Sites
 
 from paged_kv.attention import paged_decode
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.snapshot import BlockState
 from paged_kv.course.learner_manager import learner_manager
-from paged_kv.errors import InvalidArgument, PagedKVError
+from paged_kv.errors import EngineBusy, InvalidArgument, PagedKVError
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import TinyLM, greedy_dense
-from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams
+from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams, Scheduler, StepPlan
 from paged_kv.tiers.host import HostTier
 from paged_kv.tiers.store import TieredStore
 
@@ -437,3 +439,173 @@ class EngineMachine(RuleBasedStateMachine):
 
 TestEngineMachine = EngineMachine.TestCase
 TestEngineMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+# -- a fault at every call into someone else's code, and one thread at a time ---------------
+# As in test_manager's fault test: each part the engine takes from its user (the eviction
+# policy, the model's forward, the decode attention, the sampler, a Scheduler subclass, the
+# tiered store) is wrapped so that every call into it is a counted site; a fault-free run
+# lists the sites, then each site's first calls raise in turn (a KeyboardInterrupt or an
+# Exception). The step that raised must keep every request's tokens and the bookkeeping, and
+# the run must end with the tokens of an engine that never failed.
+
+
+def _recorded_engine(sites: Sites, model: TinyLM) -> Engine:
+    class RecordedScheduler(Scheduler):
+        def schedule_running(self, plan: StepPlan) -> None:
+            sites.enter("scheduler.schedule_running")
+            super().schedule_running(plan)
+
+        def admit_waiting(self, plan: StepPlan) -> None:
+            sites.enter("scheduler.admit_waiting")
+            super().admit_waiting(plan)
+
+        def finish(self, request: Request) -> None:
+            sites.enter("scheduler.finish")
+            super().finish(request)
+
+    def attention(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor
+    ) -> torch.Tensor:
+        sites.enter("attention")
+        return paged_decode(q, k, v, tables, lens)
+
+    store = TieredStore([HostTier(1 << 20)])
+    for name in ("count_run", "load_run", "save"):
+        setattr(store, name, sites.wrap(f"store.{name}", getattr(store, name)))
+    engine = Engine(
+        model,
+        num_blocks=FAULT_BLOCKS,
+        block_size=BLOCK,
+        max_batch_tokens=16,
+        max_running=2,
+        eviction=RecordedPolicy(sites),
+        scheduler=RecordedScheduler,
+        attention=attention,
+        store=store,
+    )
+    model.register_forward_pre_hook(lambda *_: sites.enter("model.forward"))
+    model.layers[1].register_forward_pre_hook(lambda *_: sites.enter("model.layers[1]"))
+    engine._sample = sites.wrap("sampler", engine._sample)
+    return engine
+
+
+FAULT_BLOCKS = 10
+FAULT_PROMPTS = [[*range(30, 42), *range(t, t + 3)] for t in (1, 50, 90, 130, 170)] + [
+    list(range(60, 69)),
+    [*range(30, 42), 7],
+]
+FAULT_PARAMS = [SamplingParams(3, 0.8 if i % 3 == 1 else 0.0, seed=i) for i in range(7)]
+
+
+def _faulted_engine_run(armed: tuple[str, int, BaseException] | None) -> tuple[Sites, list]:
+    """The requests served step by step with `armed` (None: no fault), checking each step."""
+    sites, model = Sites(), TinyLM(seed=5)
+    engine = _recorded_engine(sites, model)
+    ids = [engine.add_request(p, q) for p, q in zip(FAULT_PROMPTS, FAULT_PARAMS, strict=True)]
+    sites.armed = armed
+    while engine.has_unfinished():
+        outputs = {rid: r.output for rid, r in engine.requests.items()}
+        steps = engine.stats().steps
+        try:
+            with sites.active():
+                engine.step()
+        except BaseException as error:
+            assert armed is not None and error is armed[2], error
+            now = {rid: r.output for rid, r in engine.requests.items()}
+            if engine.stats().steps == steps:  # failed before its tokens: all kept, none new
+                assert now == outputs
+            else:  # failed releasing a finished request: the step's tokens stand
+                assert all(now[r][: len(outputs[r])] == outputs[r] for r in now)
+        check_bookkeeping(engine, num_blocks=FAULT_BLOCKS)
+    assert len(engine.manager) == 0 and engine.manager.pool.num_in_use == 0
+    return sites, [engine.completion(rid).token_ids for rid in ids]
+
+
+_ENGINE_SITES, _CLEAN_TOKENS = _faulted_engine_run(None)
+
+
+def test_the_engine_fault_workload_reaches_every_part():
+    assert {
+        "policy.evict",
+        "policy.revive",
+        "attention",
+        "model.forward",
+        "sampler",
+        "scheduler.finish",
+        "store.load_run",
+        "store.save",
+    } <= set(_ENGINE_SITES.calls)
+    model = TinyLM(seed=5)
+    for prompt, params, tokens in zip(FAULT_PROMPTS, FAULT_PARAMS, _CLEAN_TOKENS, strict=True):
+        if not params.temperature:
+            assert tokens == greedy_dense(model, prompt, params.max_new_tokens)
+
+
+@pytest.mark.parametrize(
+    ("site", "n"),
+    [
+        (site, n)
+        for site in sorted(_ENGINE_SITES.calls)
+        for n in range(1, min(_ENGINE_SITES.calls[site], 2) + 1)
+    ],
+)
+def test_a_fault_at_any_call_into_the_engines_parts_changes_no_token(site: str, n: int) -> None:
+    error = InjectedInterrupt(site) if n % 2 else InjectedFault(site)
+    sites, tokens = _faulted_engine_run((site, n, error))
+    assert sites.armed is None  # it fired
+    assert tokens == _CLEAN_TOKENS
+
+
+def test_a_second_thread_is_refused_while_one_is_inside_a_step() -> None:
+    """The first thread is held inside a step's decode attention (between planning and the
+    forward pass's end); every changing call from a second thread raises `EngineBusy` and
+    changes nothing, and the held step then finishes as if alone."""
+    model = TinyLM(seed=1)
+    inside, go_on, hold = threading.Event(), threading.Event(), [True]
+
+    def attention(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor
+    ) -> torch.Tensor:
+        if hold[0]:
+            hold[0] = False
+            inside.set()
+            assert go_on.wait(timeout=60)
+        return paged_decode(q, k, v, tables, lens)
+
+    engine = Engine(model, num_blocks=16, block_size=BLOCK, attention=attention)
+    first = engine.add_request([1, 2, 3, 4, 5], SamplingParams(3))
+    engine.step()  # its prefill: no decode attention yet
+    errors: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            engine.step()
+        except BaseException as error:  # reported to the test's thread
+            errors.append(error)
+
+    worker = threading.Thread(target=step)
+    worker.start()
+    try:
+        assert inside.wait(timeout=60)
+        before = (engine.manager.snapshot(), engine.requests[first].output, engine.stats())
+        calls = [
+            lambda: engine.abort(first),
+            lambda: engine.add_request([9, 9]),
+            engine.step,
+            engine.run,
+            lambda: engine.generate([[1, 2]], max_new_tokens=1),
+        ]
+        for call in calls:
+            with pytest.raises(EngineBusy, match="another thread"):
+                call()
+        assert (engine.manager.snapshot(), engine.requests[first].output, engine.stats()) == (
+            before
+        )
+        assert len(engine.requests) == 1 and engine.scheduler.waiting == deque()
+    finally:
+        go_on.set()
+        worker.join(timeout=60)
+    assert not errors and not worker.is_alive()
+    engine.run()  # the lock was handed back: this thread may use the engine now
+    assert engine.completion(first).token_ids == greedy_dense(model, [1, 2, 3, 4, 5], 3)

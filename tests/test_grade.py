@@ -91,3 +91,26 @@ def test_the_command_explains_itself_and_refuses_what_is_not_there(tmp_path, cap
     assert main(["frobnicate"]) == 2
     with pytest.raises(SystemExit):
         grade.main([str(tmp_path / "missing.ipynb")])
+
+
+def test_the_grader_keeps_the_learners_parts_beside_their_notebooks(tmp_path, monkeypatch):
+    """Run as a learner runs it (no PAGED_KV_PARTS, in their checkout), the grader's parts are
+    theirs: a chapter's notebook saves into `exercises/my_paged_kv/`, and a later one loads it."""
+    saving = (
+        "from paged_kv.course import parts\n\n\ndef mine(t, b, salt=None):\n    return 'mine'\n"
+    )
+    loading = "from paged_kv.course import parts\n\nfound = parts.load('block_hasher')\n"
+    loading += "assert found([], 4) == 'mine'\nprint('✅ Exercise 1 (load): your part')"
+    for name, cells in {
+        "01_save_exercises.ipynb": [saving, "parts.save(block_hasher=mine)"],
+        "02_load_exercises.ipynb": [loading],
+    }.items():
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        nb.cells[-1].metadata["tags"] = ["check"]
+        (tmp_path / "exercises").mkdir(exist_ok=True)
+        nbformat.write(nb, tmp_path / "exercises" / name)
+    monkeypatch.delenv("PAGED_KV_PARTS")
+    monkeypatch.chdir(tmp_path)
+    assert grade.main([]) == 0
+    saved = tmp_path / "exercises" / "my_paged_kv" / "block_hasher.py"
+    assert saved.exists() and "return 'mine'" in saved.read_text()

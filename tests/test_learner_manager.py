@@ -5,6 +5,7 @@ a wrong part fails loudly, naming itself."""
 
 import functools
 import hashlib
+import inspect
 import random
 import struct
 
@@ -17,9 +18,11 @@ from paged_kv.attention import reference_decode
 from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.eviction import LFU
 from paged_kv.cache.ref_count_pool import RefCountPool
+from paged_kv.course import checks
 from paged_kv.course.learner_manager import LearnerManager, learner_manager
 from paged_kv.serving.engine import Engine
 from paged_kv.serving.model import ModelConfig, TinyLM, greedy_dense
+from paged_kv.serving.scheduler import Scheduler
 
 
 def my_hashes(token_ids, block_size, salt=None):
@@ -170,3 +173,36 @@ def test_a_learners_pool_gets_the_caching_layer_the_library_pool_gets():
     pool = learner_manager(8, 4, pool=RefCountPool).pool
     assert type(pool) is CachingPool and isinstance(pool.base, RefCountPool)
     assert type(KVCacheManager(8, 4).pool).__mro__[1] is CachingPool  # BlockPool: the same layer
+
+
+_STUB_POLICY = """class BucketLFU:
+    def __init__(self):
+        raise NotImplementedError("BucketLFU.__init__: replace this line with your code")
+
+
+PART = BucketLFU
+"""
+
+
+def test_the_capstone_runs_on_the_saved_parts_a_stub_being_the_librarys(
+    tmp_path, monkeypatch, capsys
+):
+    """Chapter 03's part saved as the exercise notebook ships it (a stub) is not run: the
+    library's policy stands in and the capstone says why and which folder it read, beside the
+    learner's chained hash, which it runs."""
+    monkeypatch.setenv("PAGED_KV_PARTS", str(tmp_path))
+    (tmp_path / "eviction.py").write_text(_STUB_POLICY)
+    hashes = f"import hashlib\nimport struct\n\n\n{inspect.getsource(my_hashes)}\n"
+    (tmp_path / "block_hasher.py").write_text(f"{hashes}\nPART = my_hashes\n")
+    checks.check_capstone(Scheduler)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "The engine ran on:" and out[8].startswith("(parts are read from")
+    said = dict(line.strip().split("  ", 1) for line in out[1:8])
+    said = {what: why.strip() for what, why in said.items()}
+    assert said["your chained hash (chained_hashes)"] == f"yours, from {tmp_path}/block_hasher.py"
+    assert said["your eviction policy"] == (
+        f"the library's: {tmp_path}/eviction.py still has the stub of `BucketLFU.__init__`, to "
+        "write in 03_eviction_exercises.ipynb"
+    )
+    assert said["your block pool (FreeListPool)"].startswith("the library's: not saved yet")
+    assert out[8] == f"(parts are read from {tmp_path}/, the folder PAGED_KV_PARTS names)"

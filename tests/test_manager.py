@@ -1,5 +1,6 @@
 import contextlib
 from collections import Counter
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -17,6 +18,7 @@ from paged_kv import (
     BlockState,
     CacheBusy,
     DuplicateSequence,
+    EvictionPolicy,
     InvalidArgument,
     KVCacheManager,
     OutOfBlocks,
@@ -971,3 +973,270 @@ def test_a_fork_that_fails_halfway_changes_nothing(prefix_index, stage, monkeypa
     m.free_sequence("b")
     m.free_sequence("a")
     assert m.pool.num_free + m.pool.num_cached == 8
+
+
+# -- a fault in someone else's code, at every call site: all or nothing ---------------------
+# The manager calls code it did not write: the eviction policy, and a learner's pool, block
+# hasher and prefix lookup. Each part is wrapped so that every call into it is a *site*,
+# counted; a fault-free run of one workload lists the sites it reaches, then each site's first
+# few calls are made to raise, in turn (a KeyboardInterrupt or an Exception), and the manager
+# must be as before the call, except that blocks the call evicted stay evicted, and the same
+# call must then succeed. A site a later change adds is listed by the first run: none is missed.
+
+
+class Sites:
+    """Counts calls per site while `counting`; raises `armed = (site, n, error)` at the
+    site's n-th call."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.armed: tuple[str, int, BaseException] | None = None
+        self.counting = False
+
+    def enter(self, site: str) -> None:
+        if self.counting:
+            self.calls[site] += 1
+            if self.armed is not None and self.armed[:2] == (site, self.calls[site]):
+                error, self.armed = self.armed[2], None
+                raise error
+
+    def wrap(self, site: str, call):
+        def recorded(*args, **kwargs):
+            self.enter(site)
+            return call(*args, **kwargs)
+
+        return recorded
+
+    @contextlib.contextmanager
+    def active(self):
+        self.counting = True
+        try:
+            yield
+        finally:
+            self.counting = False
+
+
+class RecordedPolicy(EvictionPolicy):
+    """An `EvictionPolicy` (someone's) whose every call is a site; LRU inside."""
+
+    def __init__(self, sites: Sites) -> None:
+        self.inner, self.sites, self.name = LRU(), sites, "recorded lru"
+
+    def touch(self, block_id):
+        self.sites.enter("policy.touch")
+        self.inner.touch(block_id)
+
+    def make_evictable(self, block_id):
+        self.sites.enter("policy.make_evictable")
+        self.inner.make_evictable(block_id)
+
+    def revive(self, block_id):
+        self.sites.enter("policy.revive")
+        self.inner.revive(block_id)
+
+    def evict(self):
+        self.sites.enter("policy.evict")
+        return self.inner.evict()
+
+    def forget(self, block_id):
+        self.sites.enter("policy.forget")
+        self.inner.forget(block_id)
+
+    def __len__(self):
+        self.sites.enter("policy.__len__")
+        return len(self.inner)
+
+    def __contains__(self, block_id):
+        self.sites.enter("policy.__contains__")
+        return block_id in self.inner
+
+
+class RecordedPool:
+    """A learner's ref-counted pool (chapter 01's design) whose every call is a site."""
+
+    def __init__(self, sites: Sites, num_blocks: int, block_size: int) -> None:
+        from test_caching_pool import StackPool
+
+        self.inner, self.sites = StackPool(num_blocks, block_size), sites
+        self.num_blocks, self.block_size = num_blocks, block_size
+        for name in ("allocate", "share", "release", "ref_count"):
+            setattr(self, name, sites.wrap(f"pool.{name}", getattr(self.inner, name)))
+
+    @property
+    def num_free(self):
+        self.sites.enter("pool.num_free")
+        return self.inner.num_free
+
+
+def _recorded_manager(kind: str, sites: Sites) -> KVCacheManager:
+    from test_learner_manager import my_hashes, my_lookup
+
+    from paged_kv.course.learner_manager import learner_manager
+
+    policy = RecordedPolicy(sites)
+    if kind == "learner":
+        return learner_manager(
+            14,
+            4,
+            eviction=policy,
+            pool=lambda n, size: RecordedPool(sites, n, size),
+            block_hasher=sites.wrap("block_hasher", my_hashes),
+            prefix_lookup=sites.wrap("prefix_lookup", my_lookup),
+        )
+    return KVCacheManager(14, 4, eviction=policy, prefix_index=kind)
+
+
+STEM = list(range(100, 112))
+FAULT_WORKLOAD: list[tuple[str, tuple]] = [  # 14 blocks of 4: evictions from the 8th call
+    ("add", ("a", [*STEM, 1, 2])),
+    ("add", ("b", [*STEM, 3])),  # three hits
+    ("append", ("a", [5])),
+    ("append", ("a", [6, 7, 8])),  # a block fills: registered
+    ("fork", ("a", "c")),
+    ("append", ("c", [9])),  # copy-on-write of the shared last block
+    ("free", ("b",)),
+    ("add", ("d", list(range(200, 222)))),  # evicts
+    ("append", ("d", [1, 2, 3, 4, 5])),
+    ("free", ("a",)),
+    ("free", ("c",)),
+    ("discard", ("a-blocks",)),
+    ("add", ("e", [*STEM, *range(300, 314)])),  # hits, then evicts several
+    ("append", ("e", [4])),
+    ("free", ("d",)),
+    ("free", ("e",)),
+    ("reset", ()),
+]
+
+
+def _run_op(m: KVCacheManager, op: str, args: tuple, tables: dict) -> None:
+    if op == "add":
+        m.add_sequence(*args)
+    elif op == "append":
+        m.append_tokens(*args)
+    elif op == "fork":
+        m.fork(*args)
+    elif op == "free":
+        tables[args[0]] = m.block_table(args[0])
+        m.free_sequence(*args)
+    elif op == "discard":
+        m.discard_unwritten(tables["a"][:2:-1])  # as if a's last step had failed
+    else:
+        m.reset_prefix_cache()
+
+
+def _manager_view(m: KVCacheManager) -> dict[str, Any]:
+    """Everything the manager, its pool, index and policy hold, by block (not the policy's
+    order of candidates: a policy has no undo for a touch)."""
+    index, blocks = m.prefix_cache, range(m.pool.num_blocks)
+    view: dict[str, Any] = {
+        "blocks": {b.block_id: b for b in m.snapshot().blocks},
+        "tables": dict(m.snapshot().block_tables),
+        "tokens": {s: m.token_ids(s) for s in m.sequence_ids},
+        "cached tokens": {s: m.num_cached_tokens(s) for s in m.sequence_ids},
+        "candidates": {b for b in blocks if b in m.pool.policy},
+        "indexed": {b: index.content_key(b) for b in blocks} if index else {},
+        "copies": list(m._copies),
+        "hits": m.hit_rates(),
+        "stats": m.stats(),
+    }
+    if isinstance(index, RadixCache):
+        view["locks"] = {b: index.lock_of(b) for b in blocks}
+        view["matches"] = {
+            s: index.match(m._seqs[s].seq, 99) for s in m.sequence_ids
+        }  # what a lookup finds
+    return view
+
+
+def _check_rolled_back(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """`after` is `before`, except blocks that were cached and are free now: evicted by the
+    failed call (their content is gone: no undo), each counted as an eviction."""
+    evicted = {
+        b
+        for b, info in before["blocks"].items()
+        if info.state is BlockState.CACHED and after["blocks"][b].state is BlockState.FREE
+    }
+    assert after["stats"].evictions - before["stats"].evictions == len(evicted)
+    for key in before:
+        old, new = before[key], after[key]
+        if key == "stats":
+            old = replace(
+                old,
+                num_free_blocks=old.num_free_blocks + len(evicted),
+                num_cached_blocks=old.num_cached_blocks - len(evicted),
+                evictions=old.evictions + len(evicted),
+            )
+        elif key in ("blocks", "indexed", "locks"):
+            old = {b: v for b, v in old.items() if b not in evicted}
+            new = {b: v for b, v in new.items() if b not in evicted}
+        elif key == "candidates":
+            old = old - evicted
+        assert new == old, key
+    for b in evicted:
+        assert after["blocks"][b].ref_count == 0 and not after["indexed"].get(b)
+
+
+def _faulted_run(kind: str, armed: tuple[str, int, BaseException] | None) -> Sites:
+    """The workload on a fresh manager with `armed` (None: no fault); each call that fails is
+    checked as rolled back, then made again (it must succeed), and every sequence's tokens
+    follow the workload."""
+    sites = Sites()
+    m = _recorded_manager(kind, sites)
+    sites.armed = armed
+    tables: dict[str, list[int]] = {}
+    for op, args in FAULT_WORKLOAD:
+        before = _manager_view(m)
+        try:
+            with sites.active():
+                _run_op(m, op, args, tables)
+        except BaseException as error:
+            assert armed is not None and error is armed[2], error
+            after = _manager_view(m)
+            _check_rolled_back(before, after)
+            with sites.active():
+                _run_op(m, op, args, tables)  # the next call is correct
+        refs: Counter[int] = Counter()
+        for seq in m.sequence_ids:
+            refs.update(m.block_table(seq))
+        for info in m.snapshot().blocks:  # no block held by nobody, none counted twice
+            assert info.ref_count == refs[info.block_id]
+            assert (info.block_id in m.pool.policy) == (info.state is BlockState.CACHED)
+    assert m.pool.num_free == m.pool.num_blocks  # everything came back (the workload resets)
+    return sites
+
+
+class InjectedInterrupt(KeyboardInterrupt):
+    """A Ctrl-C landing in someone's code (a subclass, so that no real one is mistaken)."""
+
+
+class InjectedError(RuntimeError):
+    """An exception from someone's code."""
+
+
+FAULT_KINDS = ["hash", "radix", "learner"]
+_SITES = {kind: _faulted_run(kind, None).calls for kind in FAULT_KINDS}
+
+
+def test_the_fault_workload_reaches_every_part_and_evicts():
+    for kind, calls in _SITES.items():
+        assert calls["policy.evict"] >= 3 and calls["policy.revive"] >= 1, kind
+        assert {"policy.touch", "policy.make_evictable", "policy.forget"} <= set(calls), kind
+    learner = _SITES["learner"]
+    assert {f"pool.{name}" for name in ("allocate", "share", "release", "ref_count")} <= set(
+        learner
+    )
+    assert learner["block_hasher"] and learner["prefix_lookup"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "site", "n"),
+    [
+        (kind, site, n)
+        for kind in FAULT_KINDS
+        for site in sorted(_SITES[kind])
+        for n in range(1, min(_SITES[kind][site], 3) + 1)
+    ],
+)
+def test_a_fault_at_any_call_into_someone_elses_code_is_rolled_back(kind, site, n):
+    error = InjectedInterrupt(site) if n % 2 else InjectedError(site)
+    sites = _faulted_run(kind, (site, n, error))
+    assert sites.armed is None  # it fired

@@ -6,7 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, KVCacheManager
-from paged_kv.serving.model import ForwardBatch, ModelConfig, SeqChunk, TinyLM, greedy_dense
+from paged_kv.serving.model import (
+    ForwardBatch,
+    ModelConfig,
+    SeqChunk,
+    TinyLM,
+    greedy_dense,
+    parameter_shapes,
+)
 from paged_kv.serving.tokenizer import ByteTokenizer
 
 GQA = ModelConfig(num_heads=4, num_kv_heads=1, head_dim=8, hidden_size=32, num_layers=3)
@@ -112,3 +119,27 @@ def test_byte_tokenizer_rejects_non_bytes():
         ByteTokenizer().decode([300])
     with pytest.raises(InvalidArgument):
         ByteTokenizer().encode(b"bytes")  # type: ignore[arg-type]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    layers=st.integers(1, 3),
+    kv_heads=st.integers(1, 2),
+    group=st.integers(1, 3),
+    head_dim=st.sampled_from([2, 4]),
+    hidden=st.integers(1, 9),
+    intermediate=st.integers(1, 9),
+    vocab=st.integers(1, 9),
+    bias=st.booleans(),
+    tie=st.booleans(),
+)
+def test_parameter_shapes_are_the_state_dicts_without_building_the_model(
+    layers, kv_heads, group, head_dim, hidden, intermediate, vocab, bias, tie
+):
+    config = ModelConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+        num_layers=layers, num_heads=kv_heads * group, num_kv_heads=kv_heads,
+        head_dim=head_dim, attention_bias=bias, tie_word_embeddings=tie,
+    )  # fmt: skip
+    built = {name: tuple(t.shape) for name, t in TinyLM(config).state_dict().items()}
+    assert parameter_shapes(config) == built

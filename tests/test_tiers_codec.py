@@ -381,3 +381,14 @@ def test_encoding_refuses_a_block_hash_that_is_not_a_32_byte_digest(block_hash):
             fingerprint=MUTANTS_SPACE.fingerprint_digest,
             block_hash=block_hash,
         )
+
+
+@pytest.mark.parametrize("secret", [None, SECRET], ids=["plain", "authenticated"])
+def test_max_blob_bytes_bounds_every_blob_of_the_fingerprint(secret):
+    """A tier reads no more than `max_blob_bytes` of a value: the authenticated blob, the
+    larger of the two layouts, is exactly that long."""
+    blob = encode_blob(
+        bytes(TOY_FP.payload_bytes), dtype=TOY_FP.dtype, shape=TOY_FP.payload_shape,
+        fingerprint=TOY_FP.digest(), block_hash=FP, secret=secret,
+    )  # fmt: skip
+    assert len(blob) == TOY_FP.max_blob_bytes - (TAG_SIZE if secret is None else 0)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from test_tiers_base import toy_blobs
 
 from paged_kv.cache.hashing import block_hashes
 from paged_kv.errors import InvalidArgument
-from paged_kv.tiers import DiskTier, KeySpace, ModelFingerprint, encode_blob
+from paged_kv.tiers import DiskTier, KeySpace, ModelFingerprint, Recorder, encode_blob
+from paged_kv.tiers.codec import HEADER_SIZE
 from paged_kv.tiers.disk import QUARANTINE, STALE_TMP_S
 
 FP = ModelFingerprint("toy", "ab" * 32, "float32", 1, 1, 2, 2)
@@ -359,3 +361,107 @@ def test_a_temporary_file_naming_a_pid_beyond_any_process_is_removed_at_restart(
     restarted = DiskTier(tmp_path, fsync=False)
     assert restarted.recovery["removed_temporary_files"] == 2
     assert not list(folder.glob("*.tmp"))
+
+
+# -- a file's header first, then at most what it declares ------------------------------------
+
+
+class Reasons(Recorder):
+    """Records the reason of every corrupt blob a tier reports."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def corrupt(self, tier: str, reason: str) -> None:
+        self.seen.append(reason)
+
+
+def preads(monkeypatch) -> list[int]:
+    """The size of every positioned read the disk tier makes from now on."""
+    sizes: list[int] = []
+    real = os.pread
+
+    def pread(fd, size, offset):
+        sizes.append(size)
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    return sizes
+
+
+@pytest.mark.parametrize(
+    "claim", ["zeros", "a valid header"], ids=["sparse zeros", "header says 144 bytes"]
+)
+def test_a_restart_reads_a_huge_files_header_and_no_more(tmp_path, monkeypatch, claim):
+    """A 256 MiB sparse file under a 512 MiB budget: before, the restart read all of it to
+    look at its first 112 bytes; now it reads the header, sees the size disagree, and sets
+    the file aside, counted as corrupt."""
+    tier = DiskTier(tmp_path, fsync=False)
+    (key, blob), *_ = blobs(1)
+    tier.put_many([(key, blob)])
+    path = tier.path_of(key)
+    path.write_bytes(blob[:HEADER_SIZE] if claim == "a valid header" else b"")
+    os.truncate(path, 256 << 20)
+    sizes = preads(monkeypatch)
+    tracemalloc.start()
+    try:
+        restarted = DiskTier(tmp_path, fsync=False, capacity_bytes=512 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert restarted.recovery["quarantined"] == 1 and restarted.recovery["blocks"] == 0
+    assert sizes == [HEADER_SIZE], "the header, and nothing after it"
+    assert peak < 1 << 20, f"{peak} bytes traced reading a 256 MiB file"
+
+
+def test_a_file_whose_size_disagrees_with_its_header_is_never_read_past_it(tmp_path, monkeypatch):
+    tier = DiskTier(tmp_path, fsync=False)
+    items = blobs(2)
+    tier.put_many(items)
+    path = tier.path_of(items[0][0])
+    path.write_bytes(items[0][1][:HEADER_SIZE] + b"\0" * (len(items[0][1]) - HEADER_SIZE + 1))
+    restarted = DiskTier(tmp_path, fsync=False)
+    assert restarted.recovery["quarantined"] == 1 and restarted.stored_keys() == [items[1][0]]
+    sizes = preads(monkeypatch)
+    assert restarted.get_many([k for k, _ in items]) == [None, items[1][1]]
+    assert sizes == [HEADER_SIZE, len(items[1][1])], "only the good file is read past its header"
+
+
+def test_get_many_refuses_a_block_larger_than_max_bytes_without_reading_it(tmp_path, monkeypatch):
+    """The store passes its fingerprint's largest blob as `max_bytes`: a stored block larger
+    than that (another writer's, or planted under our key) is counted, quarantined and never
+    opened."""
+    big = ModelFingerprint("toy", "ab" * 32, "float32", 4, 8, 64, 16)  # 256 KiB a block
+    space = KeySpace("disk", big)
+    (h,) = block_hashes([1, 2], 2)
+    blob = encode_blob(
+        bytes(big.payload_bytes), dtype="float32", shape=big.payload_shape,
+        fingerprint=space.fingerprint_digest, block_hash=h,
+    )  # fmt: skip
+    tier = DiskTier(tmp_path, fsync=False)
+    reasons = Reasons()
+    tier.recorder = reasons
+    assert tier.put_many([(space.key(h), blob)]) == [True]
+    sizes = preads(monkeypatch)
+    tracemalloc.start()
+    try:
+        got = tier.get_many([space.key(h)], max_bytes=FP.max_blob_bytes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == [None] and sizes == [], "not even its header was read"
+    assert peak < len(blob) // 4
+    assert reasons.seen == ["size"] and tier.count_leading([space.key(h)]) == 0
+    assert len(list((tmp_path / QUARANTINE).iterdir())) == 1
+    assert tier.put_many([(space.key(h), blob)]) == [True]
+    assert tier.get_many([space.key(h)], max_bytes=big.max_blob_bytes) == [blob]
+
+
+@pytest.mark.parametrize("max_bytes", [0, -1, 1.5, "64", True])
+def test_a_bad_max_bytes_is_refused_before_anything_is_read(tmp_path, max_bytes):
+    tier = DiskTier(tmp_path, fsync=False)
+    items = blobs(1)
+    tier.put_many(items)
+    with pytest.raises(InvalidArgument, match="max_bytes"):
+        tier.get_many([items[0][0]], max_bytes=max_bytes)
+    assert tier.stats().count("get", "ok") == 0

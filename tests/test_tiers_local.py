@@ -212,7 +212,7 @@ class SetTier(Tier):
             n += 1
         return n
 
-    def get_many(self, keys):
+    def get_many(self, keys, max_bytes=None):
         return [self.data.get(k) for k in keys]
 
     def put_many(self, items):

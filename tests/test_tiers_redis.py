@@ -4,10 +4,13 @@ skip with the reason where redis-server is absent, and fail instead when CI=true
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import socket
 import threading
 import time
+import tracemalloc
 
 import pytest
 import redis
@@ -36,6 +39,7 @@ from paged_kv.tiers import (
     decode_blob,
     fingerprint_model,
 )
+from paged_kv.tiers.redis_tier import _deadline_connections
 
 QUESTIONS = ("What is paging?", "Why blocks?", "Who evicts?", "When to preempt?")
 
@@ -618,3 +622,148 @@ def test_a_cluster_tiers_ping_asks_every_primary_and_fails_while_one_is_down(red
     fresh = RedisTier(cluster_nodes=redis_cluster.startup_nodes)
     assert not fresh.ping()
     fresh.close()
+
+
+# -- values bounded before they are fetched; whole calls bounded by a deadline -------------
+
+
+def test_planted_oversized_values_are_refused_after_reading_one_block_of_each(redis_server):
+    """Four 32 MiB values planted under a prompt's keys: a lookup reads at most a block and
+    a byte of each (GETRANGE), counts them as corrupt ("size"), deletes them, and its peak
+    of traced memory stays under twice one value; serving the prompt then recomputes them."""
+    prompt = system_prompt(96) + question("Fees?")
+    store = TieredStore([RedisTier(redis_server.url)])
+    serve(store, [prompt])
+    assert store.flush()
+    keys = prompt_keys(prompt)[: len(prompt) // BLOCK]
+    client = raw_client(redis_server)
+    planted = keys[1:5]
+    value = bytes(32 << 20)
+    for key in planted:
+        client.set(key, value)
+    tier = store.tier("remote")
+    limit = space().fingerprint.max_blob_bytes
+    tracemalloc.start()
+    try:
+        got = tier.get_many(keys[:5], max_bytes=limit)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got[0] is not None and got[1:] == [None] * 4
+    assert peak < 2 * len(value), f"{peak} bytes traced for four {len(value)}-byte values"
+    assert peak < 5 * 2 * (limit + 1), "at most a block and a byte of each value, read once"
+    corrupt = "paged_kv_tier_corrupt_blocks_total"
+    assert store.metrics.value(corrupt, tier="remote", reason="size") == 4
+    assert not any(client.exists(k) for k in planted), "the planted values are deleted"
+    tokens, _ = serve(store, [prompt])
+    assert tokens == reference_tokens([prompt], 8)
+    assert store.metrics.value(corrupt, tier="remote", reason="size") == 4
+    store.close()
+
+
+class TricklingServer:
+    """A TCP server on 127.0.0.1 whose every reply never ends: whatever it is sent, it
+    answers with a bulk string header promising a megabyte, then one byte every 0.1 s for at
+    most `lasts_s` seconds. Started and stopped by the test that uses it."""
+
+    def __init__(self, lasts_s: float = 10.0) -> None:
+        self.lasts_s = lasts_s
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)
+        self.port = self.listener.getsockname()[1]
+        self.stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._trickle, args=(conn,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        ends = time.monotonic() + self.lasts_s
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(0.05)
+            with contextlib.suppress(TimeoutError):
+                conn.recv(1 << 16)  # the first command, whatever it is
+            conn.sendall(b"$1000000\r\n")
+            while not self.stopped.wait(0.1) and time.monotonic() < ends:
+                conn.sendall(b"x")
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+        for thread in self.threads:
+            thread.join(5)
+
+
+@pytest.fixture
+def trickling(request):
+    server = TricklingServer()
+    request.addfinalizer(server.close)
+    return server
+
+
+@pytest.mark.parametrize("call", ["count_leading", "get_many", "put_many", "ping", "load_run"])
+def test_a_server_trickling_a_byte_every_tenth_of_a_second_costs_one_deadline(trickling, call):
+    """`socket_timeout` bounded each receive, so a byte every 0.1 s held a call for as long
+    as the server liked; now the whole call ends within its stall budget (plus 0.5 s of
+    scheduling slack), is counted as a failure, and opens a threshold-1 breaker."""
+    tier = RedisTier(
+        f"redis://127.0.0.1:{trickling.port}/0", socket_timeout=0.25, connect_timeout=0.25,
+        failure_threshold=1, cooldown_s=60,
+    )  # fmt: skip
+    store = TieredStore([tier], metrics=None)
+    hashes = block_hashes(system_prompt(64), BLOCK)
+    keys = space().keys(hashes)
+    calls = {
+        "count_leading": lambda: tier.count_leading(keys),
+        "get_many": lambda: tier.get_many(keys),
+        "put_many": lambda: tier.put_many([(k, b"v") for k in keys]),
+        "ping": tier.ping,
+        "load_run": lambda: store.load_run(space(), hashes),
+    }
+    began = time.monotonic()
+    result = calls[call]()
+    took = time.monotonic() - began
+    assert took <= tier.stall_budget_s(0) + 0.5, f"{call} took {took:.2f} s"
+    assert result in (0, [None] * len(keys), [False] * len(keys), False, [])
+    assert not tier.is_up, "the call failed and was counted"
+    store.close(timeout_s=1.0)
+
+
+def test_a_deadline_cut_leaves_no_half_read_reply_behind(redis_server):
+    """A call cut off by its deadline drops its connection: the next call on a healthy
+    server reads its own reply, not the rest of the old one."""
+    tier = RedisTier(redis_server.url, socket_timeout=0.2, connect_timeout=0.2)
+    key = f"t:{'a' * 32}:{0:064x}"
+    assert tier.put_many([(key, b"first")]) == [True]
+    redis_server.pause()
+    try:
+        assert tier.get_many([key]) == [None]
+    finally:
+        redis_server.resume()
+    deadline = time.monotonic() + 5
+    while tier.get_many([key]) != [b"first"]:
+        assert time.monotonic() < deadline, "the tier never read its own reply again"
+        time.sleep(0.05)
+    tier.close()
+
+
+def test_every_cluster_nodes_client_keeps_the_calls_deadline(redis_cluster):
+    """redis-py hands a cluster's node clients a connection class only when the cluster is
+    made from a URL: the tier does so, and every node's connections are deadline-bound."""
+    plain, _ = _deadline_connections()
+    tier = RedisTier(cluster_nodes=redis_cluster.startup_nodes)
+    assert tier.ping()
+    clients = [e.client for e in tier._endpoints.values()]
+    assert len(clients) == 3
+    assert all(c.connection_pool.connection_class is plain for c in clients)
+    tier.close()

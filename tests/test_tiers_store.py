@@ -95,6 +95,7 @@ def test_the_same_tier_twice_is_refused():
         {"metrics": "yes"},
         {"secret": b"short"},
         {"secret": 12345678901234567890},
+        {"secret": "\udcff" * 32},  # lone surrogates: a str with no UTF-8 bytes
     ],
     ids=repr,
 )
@@ -182,7 +183,7 @@ class GateTier(Tier):
             n += 1
         return n
 
-    def get_many(self, keys):
+    def get_many(self, keys, max_bytes=None):
         return [self.data.get(k) for k in keys]
 
     def put_many(self, items):
@@ -257,7 +258,7 @@ EXIT_SCRIPT = textwrap.dedent(
         def __init__(self):
             super().__init__("remote")
         def count_leading(self, keys): return 0
-        def get_many(self, keys): return [None] * len(keys)
+        def get_many(self, keys, max_bytes=None): return [None] * len(keys)
         def put_many(self, items):
             threading.Event().wait()  # never returns
         def delete(self, keys): return 0
@@ -354,6 +355,39 @@ def test_the_secret_comes_from_the_environment_and_readers_without_it_miss(monke
     monkeypatch.setenv(SECRET_ENV, "too short")
     with pytest.raises(InvalidArgument, match=SECRET_ENV):
         TieredStore([HostTier(100)], metrics=None)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="os.environb is POSIX only")
+def test_a_secret_that_is_not_utf_8_text_is_refused_saying_what_a_secret_must_be(monkeypatch):
+    monkeypatch.setitem(os.environb, SECRET_ENV.encode(), b"\xff\xfe" + b"s" * 30)
+    text = r"text must be valid UTF-8 text.*secrets\.token_hex\(32\).*or pass the raw bytes"
+    with pytest.raises(InvalidArgument, match=rf"^\${SECRET_ENV}: a secret given as {text}"):
+        TieredStore([HostTier(100)], metrics=None)
+    with pytest.raises(InvalidArgument, match=rf"^secret=: a secret given as {text}"):
+        TieredStore([HostTier(100)], metrics=None, secret="\udcff" * 32)
+    raw = TieredStore([HostTier(100)], metrics=None, secret=b"\xff\xfe" + b"s" * 30)
+    assert raw.authenticated  # the same bytes, given as bytes, are a fine secret
+
+
+def test_without_prometheus_client_metrics_are_off_unless_asked_for(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import prometheus_client fails
+    monkeypatch.delitem(sys.modules, "paged_kv.tiers.metrics", raising=False)  # imported afresh
+    with pytest.raises(PagedKVError, match=r"pip install 'paged_kv\[tiers\]'"):
+        TieredStore([HostTier(100)], metrics=True)
+    store = TieredStore([HostTier(1 << 20), DiskTier(tmp_path, fsync=False)])  # "auto"
+    assert store.metrics is None
+    hashes = save_blocks(store, 3)
+    assert store.flush(10.0) and store.close()
+    disk_only = TieredStore([DiskTier(tmp_path, fsync=False)])
+    assert disk_only.metrics is None
+    assert len(disk_only.load_run(SPACE, hashes)) == 3  # the tiers work without the extra
+    disk_only.close()
+
+
+def test_with_prometheus_client_the_default_store_keeps_metrics():
+    from paged_kv.tiers.metrics import TierMetrics
+
+    assert isinstance(TieredStore([HostTier(100)]).metrics, TierMetrics)
 
 
 def version_1(blob: bytes) -> bytes:

@@ -1,8 +1,13 @@
 """The new pictures: block-table map, eviction replay, prefix tree, chapter 00/05/06 pictures,
 the colour theme and the plot conventions. Renderers are pure: state in, HTML out."""
 
+import importlib
+import inspect
 import math
+import pkgutil
 import re
+from html.parser import HTMLParser
+from typing import Any, cast
 
 import pytest
 from widget_html import assert_readable, text_contrasts
@@ -98,6 +103,98 @@ def test_every_renderer_is_readable_in_a_dark_page():
     for html in htmls:
         ratios = assert_readable(html)
         assert ratios, "no text found"
+
+
+MARKUP = """<script>alert("x")</script>'&amp;"""
+"""What a hostile trace key, sequence id or request name might hold: it must come out as text."""
+
+
+class _Parsed(HTMLParser):
+    """Tags, attribute names, and every text node and attribute value (entities decoded)."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.attributes: set[str] = set()
+        self.texts: list[str] = []
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attributes.update(name for name, _ in attrs)
+        self.texts += [value or "" for _, value in attrs]
+
+    def handle_data(self, data: str) -> None:
+        self.texts.append(data)
+
+
+def public_renderers() -> dict[str, object]:
+    """Every public renderer: a function named render_* in any module of paged_kv.widgets."""
+    import paged_kv.widgets as widgets
+
+    found = {}
+    for info in pkgutil.iter_modules(widgets.__path__):
+        module = importlib.import_module(f"{widgets.__name__}.{info.name}")
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if name.startswith("render_") and fn.__module__ == module.__name__:
+                found[name] = fn
+    return found
+
+
+def markup_calls():
+    """Renderer name -> (a call that puts MARKUP in every string input it has, whether it has
+    any). A renderer missing here fails the test below: declare its string inputs."""
+    from paged_kv.study.trace_replay import CacheFrame
+    from paged_kv.widgets.eviction_view import Eviction, EvictionFrame
+    from paged_kv.widgets.prefix_tree import TreeFrame, TreeNode
+
+    m = KVCacheManager(12, 4)
+    m.add_sequence(MARKUP, range(9))
+    before = m.snapshot()
+    m.fork(MARKUP, MARKUP + "2")
+    m.add_sequence(MARKUP + "3", range(100, 103))
+    m.free_sequence(MARKUP + "2")
+    pool = m.snapshot()
+    evicted = EvictionFrame(
+        1, (MARKUP,), (False,), (0,), (Eviction(cast(Any, MARKUP), 1, MARKUP),),
+        cast(Any, (MARKUP, None)), (1, 0), {MARKUP: cast(Any, [MARKUP])}, cast(Any, MARKUP), 0, 1,
+    )  # fmt: skip
+    node = TreeNode(MARKUP, None, 0, (1, 2), 0, "in_use", 2, MARKUP)
+    cache = CacheFrame(1, cast(Any, MARKUP), False, 0, cast(Any, (MARKUP, None)), (1, 0))
+    strips = [StripRequest(MARKUP, 20, 28), StripRequest(MARKUP + "2", 30, 32)]
+    return {
+        "render_pool_html": (lambda f: f(pool, highlight=MARKUP), True),
+        "render_cache_html": (lambda f: f(cache), True),
+        "render_eviction_html": (
+            lambda f: f(evicted, prefix_keys={MARKUP}, policy_name=MARKUP), True),
+        "render_block_table_map": (
+            lambda f: f(pool, before, highlight=MARKUP, owners=[MARKUP]), True),
+        "render_prefix_tree_html": (
+            lambda f: f(TreeFrame(1, MARKUP, (node,), frozenset({MARKUP}), pool)), True),
+        "render_memory_strips": (
+            lambda f: f(strips, capacity=40, max_length=32, block_size=4), True),
+        "render_gantt": (lambda f: f({MARKUP: ["prefill", "decode", None]}, current=1), True),
+        "render_block_sources_html": (lambda f: f({MARKUP: ["device", "computed"]}), True),
+        "render_decode_gather": (lambda f: f([7, 2, 9], 11, 4, 12, splits=2), False),
+        "render_online_softmax": (lambda f: f([2.0, 0.5, 3.0], [1, 2, 3], 2), False),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(public_renderers()))
+def test_every_renderer_escapes_every_string_it_takes_from_data(name):
+    calls = markup_calls()
+    assert name in calls, f"{name} is a public renderer: add its string inputs to markup_calls"
+    call, takes_text = calls[name]
+    html = call(public_renderers()[name])
+    assert "<script" not in html.lower(), "markup went out as markup"
+    parsed = _Parsed(html)
+    assert parsed.tags <= {"div", "span", "b", "i", "br", "ul", "li", "table", "tr", "th", "td"}
+    odd = {a for a in parsed.attributes if a not in ("style", "title", "class")}
+    assert all(a.startswith("data-") for a in odd), f"a quote broke out of an attribute: {odd}"
+    assert not any(re.search("'&(?!amp;)", t) for t in parsed.texts), "an & went out unescaped"
+    if takes_text:
+        assert any(MARKUP in t for t in parsed.texts), "the string did not come back intact"
 
 
 def test_contrast_checker_catches_text_that_relies_on_the_page():

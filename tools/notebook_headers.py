@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COURSE_DIRS = ("notebooks", "exercises", "solutions")
 BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
 SETUP_FIRST_LINE = "# Setup: on Colab, install paged_kv"
+COURSE_EXTRA = "course"  # pyproject's extra with the notebooks' widgets and plots
 
 
 def repository_url() -> str:
@@ -32,13 +33,14 @@ def badge(relative_path: str) -> str:
 
 
 def setup_source() -> str:
-    """The setup cell: installs the package only when running in Google Colab."""
+    """The setup cell: installs the package with the course's extra (its widgets and plots)
+    only when running in Google Colab."""
     return (
-        f"{SETUP_FIRST_LINE} (elsewhere `pip install -e .` did it).\n"
+        f"{SETUP_FIRST_LINE} (elsewhere `./setup.sh` did it).\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install -q "paged_kv @ git+{repository_url()}"'
+        f'    %pip install -q "paged_kv[{COURSE_EXTRA}] @ git+{repository_url()}"'
     )
 
 

@@ -5,7 +5,9 @@ through block tables, never made contiguous.
 kernels on CUDA tensors they take, the C++ kernel on fp32 CPU tensors when it builds, and the
 torch reference otherwise; prefill runs the Triton kernel on CUDA, the reference otherwise.
 `decode_backend` / `prefill_backend` say which path auto takes; asking for a backend that
-cannot take a call raises `InvalidArgument` with the reason.
+cannot take a call raises `InvalidArgument` with the reason. When auto falls back to the
+reference although the device has a fast kernel, a `SlowPathWarning` says why, once per
+process and reason (`slow_path.py`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,20 @@ from paged_kv.attention.cpu_decode import LANES, cpu_paged_decode, handles
 from paged_kv.attention.flashinfer import to_flashinfer
 from paged_kv.attention.reference import paged_prefill as reference_prefill
 from paged_kv.attention.reference import reference_decode
+from paged_kv.attention.slow_path import SlowPathWarning, warn_slow_path
 from paged_kv.attention.storage import KVStorage, gather_kv, write_kv
 from paged_kv.attention.triton_shapes import triton_refusal
 from paged_kv.errors import InvalidArgument
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 BACKENDS = ("triton", "cpu", "reference")
+_FAST_KERNELS = {
+    ("decode", "cpu"): "cpu",
+    ("decode", "cuda"): "triton",
+    ("prefill", "cuda"): "triton",
+}
+"""(op, device type) -> the kernel auto dispatch prefers there; elsewhere the reference is all."""
+_NOT_BUILT = "the C++ kernel did not build here (no C++ compiler?)"  # `_kernel()` warned already
 
 
 def _refusal(
@@ -49,7 +59,7 @@ def _refusal(
     if device != "cpu":
         return f"the tensors are on {device}; the C++ kernel runs on the CPU"
     if any(t.dtype != torch.float32 for t in tensors):
-        return "the C++ kernel takes fp32 only"
+        return "the C++ kernel takes fp32 only (pass q and the caches as float32)"
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         return (
             "shapes: q [batch, q_heads, head_dim], caches [blocks, block_size, kv_heads, head_dim]"
@@ -59,11 +69,15 @@ def _refusal(
             f"head_dim {q.shape[-1]} is not a multiple of {LANES} (or q's differs from the cache's)"
         )
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        return "the caches are not contiguous"
+        return (
+            "the caches are not contiguous (K and V interleaved in one tensor, say): keep K "
+            "and V in tensors of their own, or pass k_cache.contiguous() and "
+            "v_cache.contiguous() (two copies every call)"
+        )
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return "a gradient is wanted; the kernel has no backward (use torch.no_grad())"
     if not handles(q, k_cache, v_cache):
-        return "the C++ kernel did not build here (no C++ compiler?)"
+        return _NOT_BUILT
     return None
 
 
@@ -97,7 +111,10 @@ def _chosen(backend: str | None, op: str, q, k_cache, v_cache) -> str:
     """The backend to run: auto's choice, or the one asked for if it can take the call."""
     choose = decode_backend if op == "decode" else prefill_backend
     if backend is None:
-        return choose(q, k_cache, v_cache)
+        chosen = choose(q, k_cache, v_cache)
+        if chosen == "reference":
+            _tell_slow_path(op, q, k_cache, v_cache)
+        return chosen
     if backend not in BACKENDS:
         raise InvalidArgument(
             f"backend must be None (auto), 'triton', 'cpu' or 'reference'; got {backend!r}."
@@ -110,6 +127,14 @@ def _chosen(backend: str | None, op: str, q, k_cache, v_cache) -> str:
             "device and dtype)."
         )
     return backend
+
+
+def _tell_slow_path(op: str, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Auto took the reference: if the device has a fast kernel, warn (once) why it refused."""
+    kernel = _FAST_KERNELS.get((op, q.device.type))
+    reason = None if kernel is None else _refusal(kernel, op, q, k_cache, v_cache)
+    if kernel is not None and reason is not None and reason != _NOT_BUILT:
+        warn_slow_path(op, "C++" if kernel == "cpu" else "Triton", reason, stacklevel=4)
 
 
 def paged_decode(
@@ -127,7 +152,10 @@ def paged_decode(
     See `reference_decode` for the shapes. `backend`: None (auto, see `decode_backend`),
     "triton" (CUDA; the CPU too under TRITON_INTERPRET=1), "cpu" (the C++ kernel) or "reference".
     Each backend checks the call first (`checks.check_decode_args`): bad shapes or lengths
-    raise `InvalidArgument`, a block id outside the cache `InvalidBlock`.
+    raise `InvalidArgument`, a block id outside the cache `InvalidBlock`; every argument is a
+    tensor (a list of block ids is `InvalidArgument`, naming the `torch.tensor` call to make),
+    the tables on the caches' device. Auto falling back to the reference on a device with a
+    fast kernel (a non-contiguous cache on the CPU, say) warns once why (`SlowPathWarning`).
     """
     check_caches(q, k_cache, v_cache)  # shapes first, whatever the backend
     chosen = _chosen(backend, "decode", q, k_cache, v_cache)
@@ -167,6 +195,7 @@ __all__ = [
     "BACKENDS",
     "HAS_TRITON",
     "KVStorage",
+    "SlowPathWarning",
     "decode_backend",
     "gather_kv",
     "paged_decode",

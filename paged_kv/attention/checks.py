@@ -6,6 +6,9 @@ cache, where torch raises a bare `IndexError` and a GPU kernel reads whatever li
 each backend's public entry (`reference_decode`, `paged_prefill`, `cpu_paged_decode`, the
 Triton and flex ones) calls `check_decode_args` / `check_prefill_args` first, and a bad call
 is an `InvalidArgument` (shapes, lengths) or an `InvalidBlock` (a block id) naming the culprit.
+Every argument must already be a tensor (a list or a numpy array of block ids is refused with
+the `torch.tensor(...)` call to make instead: converting it here would hide a host-to-device
+copy in every decode step), and the tables must live on the caches' device.
 
 The value checks are two min/max reductions read with one small copy to the host (on CUDA,
 the one synchronisation of a decode call); a table entry out of range (padding the lengths do
@@ -33,6 +36,17 @@ def check_decode_args(
     head_dim], block_tables [batch, width] and seq_lens [batch] (integers) agree, every length
     is in 0..width * block_size, and every block a sequence uses is a block of the cache."""
     check_caches(q, k_cache, v_cache)
+    _require_tensor(
+        "block_tables",
+        block_tables,
+        "[batch, max_blocks] of block ids",
+        "torch.tensor(block_tables, dtype=torch.int32, device=k_cache.device), rows padded to "
+        "one width",
+    )
+    _require_tensor(
+        "seq_lens", seq_lens, "[batch] of lengths", "torch.tensor(seq_lens, dtype=torch.int32)"
+    )
+    _require_on_cache_device("block_tables", block_tables, k_cache)
     batch = q.shape[0]
     if block_tables.dim() != 2 or block_tables.shape[0] != batch:
         raise InvalidArgument(
@@ -59,6 +73,13 @@ def check_prefill_args(
     """`seq_len` as an int, if q [new, q_heads, head_dim] holds the last 1..seq_len tokens of
     a sequence whose table [blocks] covers seq_len tokens with blocks of the cache; else raise."""
     check_caches(q, k_cache, v_cache)
+    _require_tensor(
+        "block_table",
+        block_table,
+        "[blocks] of block ids",
+        "torch.tensor(block_table, dtype=torch.int32, device=k_cache.device)",
+    )
+    _require_on_cache_device("block_table", block_table, k_cache)
     length = as_int(seq_len)
     num_new = q.shape[0]
     if length is None or not 0 < num_new <= length:
@@ -74,7 +95,17 @@ def check_prefill_args(
 
 
 def check_caches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> int:
-    """The query group size, if q and the caches have the shapes attention takes; else raise."""
+    """The query group size, if q and the caches are tensors on one device with the shapes
+    attention takes; else raise."""
+    _require_tensor("q", q, "[n, q_heads, head_dim]", "torch.as_tensor(q)")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        shape = "[blocks, block_size, kv_heads, head_dim]"
+        _require_tensor(name, cache, shape, f"torch.as_tensor({name})")
+    if not q.device == k_cache.device == v_cache.device:
+        raise InvalidArgument(
+            f"q, k_cache and v_cache must be on one device, got {q.device}, {k_cache.device} "
+            f"and {v_cache.device}; move them with .to(k_cache.device)."
+        )
     if q.dim() != 3 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
         raise InvalidArgument(
             "shapes: q [n, q_heads, head_dim], k_cache and v_cache [blocks, block_size, "
@@ -86,6 +117,23 @@ def check_caches(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) 
             f"q's head_dim ({q.shape[-1]}) differs from the cache's ({k_cache.shape[-1]})."
         )
     return group_size(q.shape[1], k_cache.shape[2])
+
+
+def _require_tensor(name: str, value: object, what: str, make: str) -> None:
+    """Raise unless `value` is a torch.Tensor; the message says how to make one."""
+    if not isinstance(value, torch.Tensor):
+        raise InvalidArgument(
+            f"{name} must be a torch.Tensor ({what}), got {type(value).__name__}; pass {make}."
+        )
+
+
+def _require_on_cache_device(name: str, table: torch.Tensor, k_cache: torch.Tensor) -> None:
+    """Raise unless `table` is on the caches' device (a kernel reads it there)."""
+    if table.device != k_cache.device:
+        raise InvalidArgument(
+            f"{name} is on {table.device} but the caches are on {k_cache.device}; pass "
+            f"{name}.to({str(k_cache.device)!r})."
+        )
 
 
 def group_size(num_q_heads: int, num_kv_heads: int) -> int:

@@ -54,7 +54,11 @@ def copy_on_write(
         return None
     [private] = pool.allocate(1)
     shared = block_table[-1]
-    pool.release([shared])
+    try:
+        pool.release([shared])
+    except BaseException:  # all or nothing: the copy is not made
+        pool.release([private])
+        raise
     block_table[-1] = private
     return shared, private
 

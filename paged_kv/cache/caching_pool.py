@@ -11,6 +11,14 @@ pool below, owned by this layer: its holders are counted here (`_holders`), and 
 cached. Eviction hands that one reference over: to the allocation that wanted a block (so the
 evicted block comes back in use without a call below), or back to the pool below (a reset).
 Every other block is counted by the pool below alone.
+
+Failures. The policy and the pool below may be someone else's code (a learner's, or any
+`EvictionPolicy`), and any call into them may raise, `KeyboardInterrupt` included. Each call of
+this layer is all or nothing all the same: what it changed before the failing call is undone
+(`except BaseException`, then the error goes on), so no block is left counted twice or held by
+nobody. Two things cannot be taken back through those interfaces: a block evicted before the
+failure has lost its content (it is free, and counted as an eviction), and a policy's record of
+use (`touch`, `revive`): a block put back among the candidates joins them as if just released.
 """
 
 from __future__ import annotations
@@ -123,9 +131,16 @@ class CachingPool:
                 requested=n,
                 available=self.num_available,
             )
-        ids = self.base.allocate(free) if free else []
-        for _ in range(n - free):
-            ids.append(self._evict("allocation"))  # its reference below is the new holder's
+        evicted: list[int] = []  # their references below are the new holder's
+        try:
+            for _ in range(n - free):
+                evicted.append(self._evict("allocation"))
+            ids = self.base.allocate(free) if free else []
+        except BaseException:  # the evicted blocks' content is gone: free them, hold none
+            if evicted:
+                self.base.release(evicted)
+            raise
+        ids += evicted
         return ids
 
     def keep_content(self, block_ids: Iterable[int]) -> None:
@@ -141,13 +156,23 @@ class CachingPool:
     def keep_content_unchecked(self, block_ids: Iterable[int]) -> None:
         """`keep_content` for blocks the caller holds (the manager's own tables): no checks."""
         holders, touch, base = self._holders, self.policy.touch, self.base
-        for block_id in block_ids:
-            if holders[block_id] == UNKEPT:
-                refs = base.ref_count(block_id)
-                if refs > 1:  # this layer's one reference below stands for all its holders
-                    base.release([block_id] * (refs - 1))
-                holders[block_id] = refs
-                touch(block_id)
+        kept = []
+        try:
+            for block_id in block_ids:
+                if holders[block_id] == UNKEPT:
+                    refs = base.ref_count(block_id)
+                    if refs > 1:  # this layer's one reference below stands for all its holders
+                        base.release([block_id] * (refs - 1))
+                    holders[block_id] = refs
+                    kept.append(block_id)
+                    touch(block_id)
+        except BaseException:  # all or nothing: the pool below counts them again
+            for block_id in reversed(kept):
+                refs, holders[block_id] = holders[block_id], UNKEPT
+                self.policy.forget(block_id)  # untracked before its first touch
+                if refs > 1:
+                    base.share([block_id] * (refs - 1))
+            raise
 
     def share(self, block_ids: Iterable[int]) -> None:
         """Add one reference to each block: in use, or cached (a hit that revives it)."""
@@ -163,17 +188,26 @@ class CachingPool:
         """`share` for blocks known to hold content (a table's, or the hits the prefix index
         names): ids this pool handed out, so they are not checked again."""
         holders, revive, touch = self._holders, self.policy.revive, self.policy.touch
-        unkept = []
-        for block_id in block_ids:
-            if holders[block_id] == UNKEPT:
-                unkept.append(block_id)
-            else:
+        unkept, counted = [], []
+        try:
+            for block_id in block_ids:
+                if holders[block_id] == UNKEPT:
+                    unkept.append(block_id)
+                else:
+                    if not holders[block_id]:
+                        revive(block_id)
+                    holders[block_id] += 1
+                    counted.append(block_id)
+                    touch(block_id)
+            if unkept:
+                self.base.share(unkept)
+        except BaseException:  # all or nothing: each holder counted here is dropped again
+            make_evictable = self.policy.make_evictable
+            for block_id in reversed(counted):
+                holders[block_id] -= 1
                 if not holders[block_id]:
-                    revive(block_id)
-                touch(block_id)
-                holders[block_id] += 1
-        if unkept:
-            self.base.share(unkept)
+                    make_evictable(block_id)
+            raise
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
         """Drop one reference per id; return the blocks that lost their last reference.
@@ -196,18 +230,29 @@ class CachingPool:
         table the manager built from this pool's ids): this layer checks nothing."""
         ids = block_ids if type(block_ids) is list else list(block_ids)
         holders, make_evictable = self._holders, self.policy.make_evictable
-        unkept, cached = [], []
-        for block_id in ids:
-            if holders[block_id] == UNKEPT:
-                unkept.append(block_id)
-            else:
-                holders[block_id] -= 1
-                if not holders[block_id]:
+        unkept, cached, dropped = [], [], []
+        try:
+            for block_id in ids:
+                if holders[block_id] == UNKEPT:
+                    unkept.append(block_id)
+                elif holders[block_id] == 1:
                     make_evictable(block_id)
+                    holders[block_id] = 0
                     cached.append(block_id)
-        if not unkept:
-            return cached
-        freed = self.base.release(unkept)
+                else:
+                    holders[block_id] -= 1
+                    dropped.append(block_id)
+            if not unkept:
+                return cached
+            freed = self.base.release(unkept)
+        except BaseException:  # all or nothing: the holders dropped here are counted again
+            revive = self.policy.revive
+            for block_id in cached:
+                revive(block_id)
+                holders[block_id] = 1
+            for block_id in dropped:
+                holders[block_id] += 1
+            raise
         if not (freed and cached):
             return freed or cached
         if ids.index(freed[-1]) < ids.index(cached[0]):
@@ -227,20 +272,31 @@ class CachingPool:
                     f"block {block_id} is {self.state(block_id).value}; only cached blocks can "
                     "be discarded (free the sequences that hold it first)."
                 )
+        forgotten: list[int] = []
+        try:
+            for block_id in ids:
+                self.policy.forget(block_id)
+                forgotten.append(block_id)
+            if ids:
+                self.base.release(ids)  # the one reference below each kept block stood for it
+        except BaseException:  # all or nothing: the forgotten ones are candidates again
+            self._put_back(forgotten)
+            raise
         for block_id in ids:
-            self.policy.forget(block_id)
             self._holders[block_id] = UNKEPT
             if self.on_evict is not None:
                 self.on_evict(block_id)
-        if ids:
-            self.base.release(ids)  # the one reference below each kept block stood for it
 
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
         count = len(self.policy)
-        evicted = [self._evict("reset") for _ in range(count)]
-        if evicted:
-            self.base.release(evicted)
+        evicted: list[int] = []
+        try:
+            for _ in range(count):
+                evicted.append(self._evict("reset"))
+        finally:  # after a failure too: the blocks evicted so far are free, held by none
+            if evicted:
+                self.base.release(evicted)
         return count
 
     def _evict(self, reason: str) -> int:
@@ -252,6 +308,14 @@ class CachingPool:
             self.on_evict(block_id)
         self._holders[block_id] = UNKEPT
         return block_id
+
+    def _put_back(self, block_ids: list[int]) -> None:
+        """Blocks taken from the policy's candidates by a call that failed: candidates again,
+        in their order, as if just released (the policy has no undo)."""
+        touch, make_evictable = self.policy.touch, self.policy.make_evictable
+        for block_id in block_ids:
+            touch(block_id)
+            make_evictable(block_id)
 
     # -- queries -------------------------------------------------------------------------
 

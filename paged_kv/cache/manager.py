@@ -8,6 +8,7 @@ registered in the prefix cache as they fill; freed blocks stay cached until evic
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from copy import copy as shallow_copy
 from typing import Any
 
 from paged_kv.cache.block_pool import Allocation, BlockPool
@@ -35,7 +36,13 @@ class KVCacheManager(LiveSequences):
     `add_sequence` reuses cached blocks of the longest matching prefix and allocates the
     rest, `append_tokens` adds a block only when the last one is full (copying a shared
     last block first), `fork` shares every block with a child, `free_sequence` releases
-    them (full blocks stay cached). Every call is all or nothing.
+    them (full blocks stay cached). Every call is all or nothing, also when the eviction policy
+    or a learner's part raises (any exception, `KeyboardInterrupt` included): what the call
+    changed is undone, except that blocks it evicted stay evicted (their content is gone).
+
+    One thread at a time: a manager is not guarded against concurrent calls (a lock would cost
+    more than its one-token append); use it from one thread, as `Engine` does, which refuses a
+    second thread with `EngineBusy`.
 
     A subclass may change how the pool is made (`_new_pool`), how a prompt's cached prefix is
     found (`_prefix_hits`), how a new table is allocated (`_new_table`) and how full blocks
@@ -112,10 +119,15 @@ class KVCacheManager(LiveSequences):
         loaded = self._check_loaded(seq, hits, num_loaded_tokens)
         hit_tokens = hits * self.block_size
         table = self._new_table(seq_id, hit_blocks, length)
-        seq.num_cached_tokens = hit_tokens + loaded
+        cached_before, seq.num_cached_tokens = seq.num_cached_tokens, hit_tokens + loaded
         seq._live = True
         entry = SequenceEntry(seq, table, hits, len(table) * self.block_size)  # hits: indexed
-        self._register_full_blocks(entry)
+        try:
+            self._register_full_blocks(entry)
+        except BaseException:  # all or nothing: the sequence goes back to its owner unadded
+            seq.num_cached_tokens, seq._live = cached_before, False
+            self.pool.release_unchecked(table[::-1])
+            raise
         self._seqs[seq_id] = entry
         self._num_tokens += length
         self._table_blocks += len(table)
@@ -151,11 +163,16 @@ class KVCacheManager(LiveSequences):
                 return []
         size, length = self.block_size, len(held)
         end = length + len(tokens)
-        new_blocks = self._grow_for_append(seq_id, entry, len(tokens)) if end > entry.room else []
+        room, copies = entry.room, len(self._copies)
+        new_blocks = self._grow_for_append(seq_id, entry, len(tokens)) if end > room else []
         held += tokens
         self._num_tokens += end - length
         if end // size > entry.num_registered:
-            self._register_full_blocks(entry)
+            try:
+                self._register_full_blocks(entry)
+            except BaseException:  # all or nothing: the tokens and their blocks go again
+                self._undo_append(entry, length, room, new_blocks, self._copies[copies:])
+                raise
         return new_blocks
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[int]:
@@ -188,9 +205,9 @@ class KVCacheManager(LiveSequences):
 
         An adopted `TokenSequence` goes back to its owner, who may append to it again."""
         entry = self._entry(seq_id)
+        self.pool.release_unchecked(entry.block_table[::-1])  # all or nothing; then nothing fails
         if self.prefix_cache is not None:
             self.prefix_cache.release_path(entry.index_path)
-        self.pool.release_unchecked(entry.block_table[::-1])
         self._num_tokens -= len(entry.seq.token_ids)
         self._table_blocks -= len(entry.block_table)
         entry.seq._live = False
@@ -291,6 +308,7 @@ class KVCacheManager(LiveSequences):
     def _grow_for_append(self, seq_id: SeqId, entry: SequenceEntry, num_new: int) -> list[int]:
         """Blocks for an append that needs some: copy a shared last block, then grow."""
         table, length = entry.block_table, len(entry.seq.token_ids)
+        copy = None
         if entry.forked:  # the copy and the growth, or neither: check both first
             need = self._blocks_to_append(entry, num_new)
             if need > self.pool.num_available:
@@ -302,6 +320,10 @@ class KVCacheManager(LiveSequences):
             new_blocks = grow_block_table(self.pool, table, length, num_new)
         except OutOfBlocks as refused:  # a private last block: growth alone, all or nothing
             raise _append_refused(seq_id, num_new, refused.requested, refused.available) from None
+        except BaseException:  # someone's policy or pool failed: the copy goes too
+            if copy is not None:
+                self._undo_copy(table, copy)
+            raise
         self._table_blocks += len(new_blocks)
         if not entry.forked:
             entry.room = len(table) * self.block_size
@@ -314,12 +336,56 @@ class KVCacheManager(LiveSequences):
         return blocks_needed(length + num_new_tokens, self.block_size) - len(table) + copy
 
     def _register_full_blocks(self, entry: SequenceEntry) -> None:
-        """Index the full blocks that filled since the last call and keep their content."""
+        """Index the full blocks that filled since the last call and keep their content; all
+        or nothing (the prefix index is the library's: only the pool's calls can fail)."""
         full = len(entry.seq.token_ids) // self.block_size
+        path = entry.index_path
+        path_before = path if path is None else shallow_copy(path)  # the radix tree's
         kept = self._index_full_blocks(entry, full)
         if kept:
-            self.pool.keep_content_unchecked(kept)  # newly indexed; hits, duplicates are not
+            try:
+                self.pool.keep_content_unchecked(kept)  # newly indexed; hits, duplicates not
+            except BaseException:
+                index = self.prefix_cache
+                assert index is not None  # something was indexed
+                for block_id in reversed(kept):  # deepest first: the radix tree's leaves
+                    index.forget(block_id)
+                if path_before is None:
+                    index.release_path(entry.index_path)
+                entry.index_path = path_before
+                raise
         entry.num_registered = full
+
+    def _undo_append(
+        self,
+        entry: SequenceEntry,
+        length: int,
+        room: int,
+        new_blocks: list[int],
+        copies: list[tuple[int, int]],
+    ) -> None:
+        """Take back an append whose registration failed: its tokens (and any hash computed
+        over them), the blocks it grew by and the copy-on-write it made."""
+        seq, table = entry.seq, entry.block_table
+        self._num_tokens -= len(seq.token_ids) - length
+        del seq.token_ids[length:]
+        if seq._chain is not None:  # hashes of blocks the tokens filled go with them
+            del seq._hashes[length // seq._chain.block_size :]
+        if new_blocks:
+            del table[-len(new_blocks) :]
+            self.pool.release_unchecked(new_blocks[::-1])
+            self._table_blocks -= len(new_blocks)
+        for made in copies:
+            self._undo_copy(table, made)
+        entry.room = room
+
+    def _undo_copy(self, table: list[int], made: tuple[int, int]) -> None:
+        """Give `table` its shared last block back instead of the private copy just made."""
+        shared, private = made
+        self.pool.share_unchecked([shared])
+        table[-1] = shared
+        self.pool.release_unchecked([private])
+        self._copies.remove(made)
 
     # -- the parts a subclass may replace (the course layer plugs a learner's in) ---------
 
@@ -369,7 +435,11 @@ class KVCacheManager(LiveSequences):
         self.pool.share_unchecked(hit_blocks)  # in use now: the allocation cannot evict them
         table = list(hit_blocks)
         hit_tokens = hits * self.block_size
-        grow_block_table(self.pool, table, hit_tokens, num_tokens - hit_tokens)
+        try:
+            grow_block_table(self.pool, table, hit_tokens, num_tokens - hit_tokens)
+        except BaseException:  # all or nothing: the hits are let go again
+            self.pool.release_unchecked(hit_blocks[::-1])
+            raise
         return table
 
     def _index_full_blocks(self, entry: SequenceEntry, full: int) -> list[int]:

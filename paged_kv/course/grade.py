@@ -48,7 +48,9 @@ def grade_notebook(path: Path, *, timeout: int = 600) -> NotebookGrade:
         import nbformat
         from nbclient import NotebookClient
     except ImportError as exc:  # the `test` extra has them
-        raise SystemExit(f"grading needs {exc.name}: pip install -e '.[test,notebooks]'") from None
+        raise SystemExit(
+            f"grading needs {exc.name}: pip install -e '.[course,test,notebooks]'"
+        ) from None
     nb = nbformat.read(path, as_version=4)
     began, folder = time.perf_counter(), {"metadata": {"path": str(path.resolve().parent)}}
     NotebookClient(

@@ -3,21 +3,25 @@ engine on them. `save(pool=FreeListPool)` writes the cells that define `FreeList
 base classes and helpers) to `my_paged_kv/pool.py` next to the notebook, or under
 `$PAGED_KV_PARTS` (on Colab, a folder on your Drive): plain Python you can read, import and
 diff. `load("pool")` imports it back; `load_all()` gives every part with a note on its origin.
+A part saved with a stub still in it counts as not saved: the library's stands in for it.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import dis
 import inspect
 import linecache
 import os
 import re
-import runpy
+import sys
+import types
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from paged_kv.course.checks.failures import STUB
-from paged_kv.errors import InvalidArgument
+from paged_kv.course.checks.failures import STUB, _ShownAsMessage
+from paged_kv.errors import InvalidArgument, PagedKVError
 
 
 class Part(NamedTuple):
@@ -45,9 +49,26 @@ PARTS = {
 }
 
 
+class CannotSave(_ShownAsMessage, InvalidArgument):
+    """`save` cannot keep this argument so that `load` gives it back; nothing was written."""
+
+
+class CorruptPart(_ShownAsMessage, PagedKVError, ValueError):
+    """A saved part's file does not load, or does not define the part; save it again."""
+
+
 def parts_dir() -> Path:
     """Where parts are kept: $PAGED_KV_PARTS, else `my_paged_kv/` in the current directory."""
     return Path(os.environ.get("PAGED_KV_PARTS") or Path.cwd() / "my_paged_kv")
+
+
+def searched() -> str:
+    """The folder parts are read from, and how to choose another: for a message about a part
+    that is not there."""
+    folder = f"parts are read from {parts_dir().absolute()}{os.sep}"
+    if os.environ.get("PAGED_KV_PARTS"):
+        return f"{folder}, the folder PAGED_KV_PARTS names"
+    return f"{folder}; set PAGED_KV_PARTS to read another folder"
 
 
 class Saved(list):
@@ -58,51 +79,61 @@ class Saved(list):
 
 
 def save(**parts: Any) -> list[Path]:
-    """Save each part as `<parts_dir()>/<name>.py`; return the paths. A part that still holds
-    an exercise stub is saved, with a warning."""
+    """Save each part as `<parts_dir()>/<name>.py`; return the paths. Each must be a class or a
+    function defined at the top level of a notebook cell (or a .py file) whose saved source
+    loads back as it is; else `CannotSave` (an `InvalidArgument`), before anything is written.
+    A part that still holds an exercise stub is saved, with a warning (`load` skips it)."""
+    texts = {name: _saved_text(name, obj) for name, obj in parts.items()}
     paths = Saved()
-    for name, obj in parts.items():
-        part, source, path = _part(name), _source_of(obj), parts_dir() / f"{name}.py"
+    for name, text in texts.items():
+        path = parts_dir() / f"{name}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            f"# {part.what[0].upper() + part.what[1:]}, from {part.notebook}, saved by\n"
-            f"# paged_kv.course.parts.save({name}={obj.__name__}). Edit it in the notebook and "
-            f"save it again;\n# the capstone of chapter 06 runs the engine on it.\n\n"
-            f"{source.rstrip()}\n\n\nPART = {obj.__name__}\n"
-        )
+        path.write_text(text)
         paths.append(path)
-        stubbed = (f for f in _functions(obj) if any(STUB in str(c) for c in f.__code__.co_consts))
-        stubs = [f"`{f.__name__}`" for f in stubbed]
+        stubs = _listed(_stubs(parts[name]))
         stub = (
-            f": ⚠️ {', '.join(stubs)} still has a stub (raise NotImplementedError), so the "
-            "capstone would fail on it; write it, run its cell and save again"
+            f": ⚠️ it still has the stub of {stubs} (raise NotImplementedError), so the "
+            "library's stands in for it until you write it, run its cell and save again"
         )
-        print(f"saved {part.what} as {_shown(path)}{stub if stubs else ''}")
+        print(f"saved {PARTS[name].what} as {_shown(path)}{stub if stubs else ''}")
     return paths
 
 
 def load(name: str) -> Any:
-    """The part saved as `name`, or None if it was never saved."""
-    _part(name)
-    path = parts_dir() / f"{name}.py"
-    if not path.exists():
-        return None
-    return runpy.run_path(str(path), run_name=f"my_paged_kv.{name}")["PART"]
+    """The part saved as `name`; None if it was never saved, or still holds an exercise stub.
+    `CorruptPart` if its file does not load."""
+    part = _read(name)
+    return None if part is None or _stubs(part) else part
 
 
 def load_all() -> dict[str, tuple[Any, str]]:
-    """Every part: (your part, where it comes from), or (None, why it is missing)."""
-    found: dict[str, tuple[Any, str]] = {}
-    for name, part in PARTS.items():
-        where = _shown(parts_dir() / f"{name}.py")
-        try:
-            obj = load(name)
-            why = f"not saved yet (chapter {part.chapter}'s exercise notebook, {part.topic}_"
-            why += "exercises.ipynb, saves it when run to its end, if you did that chapter)"
-        except Exception as exc:  # a saved cell that no longer runs: say so, use the library's
-            obj, why = None, f"{where} fails to load ({type(exc).__name__}: {exc})"
-        found[name] = (obj, f"yours, from {where}" if obj else f"{why}; the library's is used")
-    return found
+    """Every part: (your part, where it comes from), or (None, why there is none)."""
+    return {name: origin(name) for name in PARTS}
+
+
+def origin(name: str) -> tuple[Any, str]:
+    """(your part, "yours, from <file>"), or (None, why: not saved, a stub, or a file that
+    does not load), for a message that says whose part is used (with `searched()`)."""
+    part, path = _part(name), parts_dir() / f"{name}.py"
+    try:
+        obj = _read(name)
+    except CorruptPart as exc:
+        return None, str(exc)
+    notebook = Path(part.notebook).name
+    if obj is None:
+        return None, f"not saved yet, which {notebook} does when run to its end"
+    if stubs := _stubs(obj):
+        return (
+            None,
+            f"{_shown(path)} still has the stub of {_listed(stubs)}, to write in {notebook}",
+        )
+    return obj, f"yours, from {_shown(path)}"
+
+
+def _listed(stubs: list[str]) -> str:
+    """The first stub's name, and how many more ("" for none)."""
+    more = f" and {len(stubs) - 1} more" if len(stubs) > 1 else ""
+    return f"`{stubs[0]}`{more}" if stubs else ""
 
 
 def _part(name: str) -> Part:
@@ -115,6 +146,172 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
 
+def _read(name: str) -> Any:
+    """The class or function a saved part's file defines as `PART`, or None without a file."""
+    _part(name)
+    path = parts_dir() / f"{name}.py"
+    if not path.exists():
+        return None
+    again = f"save it again from {Path(PARTS[name].notebook).name}, or delete it"
+    try:
+        text = path.read_text()
+        part = _executed(text, str(path), name).get("PART")
+    except (Exception, SystemExit) as exc:  # the file is Python anyone may have edited
+        raise CorruptPart(f"{_shown(path)} does not load ({_said(exc)}): {again}.") from None
+    if not _is_definition(part):
+        raise CorruptPart(f"{_shown(path)} defines no class or function as PART: {again}.")
+    return part
+
+
+def _executed(text: str, filename: str, name: str) -> dict[str, Any]:
+    """The globals of `text` run as the module `my_paged_kv.<name>` (in `sys.modules` while it
+    runs, as an imported module is: dataclasses look their module up)."""
+    module = types.ModuleType(f"my_paged_kv.{name}")
+    module.__file__ = filename
+    before = sys.modules.get(module.__name__)
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(text, filename, "exec"), vars(module))
+    finally:
+        if before is None:
+            sys.modules.pop(module.__name__, None)
+        else:
+            sys.modules[module.__name__] = before
+    return vars(module)
+
+
+def _said(exc: BaseException) -> str:
+    """`Type: message` of an exception from code we do not trust (its str may raise)."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "(a message that cannot be shown)"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _is_definition(obj: Any) -> bool:
+    return inspect.isclass(obj) or inspect.isfunction(obj)
+
+
+_PASS = "pass the class or function itself, defined at the top level of a notebook cell"
+
+
+def _saved_text(name: str, obj: Any) -> str:
+    """The file that keeps `obj` as the part `name`, checked to load back as `obj`."""
+    part = _part(name)
+    what = f"{name}={getattr(obj, '__name__', None) or type(obj).__name__}"
+    if not _is_definition(obj):
+        raise CannotSave(
+            f"cannot save {what}: it is an object of type {type(obj).__name__!r}, not a class "
+            f"or a function; {_PASS} (not an instance, a functools.partial or a value)."
+        )
+    if obj.__name__ == "<lambda>":
+        raise CannotSave(f"cannot save {what}, a lambda: define it with def; {_PASS}.")
+    if "." in obj.__qualname__ or getattr(obj, "__closure__", None):
+        inside = f"defined inside `{obj.__qualname__.split('.')[0]}`"
+        inside = inside if "." in obj.__qualname__ else "a closure (made by a decorator?)"
+        raise CannotSave(
+            f"cannot save {what}: it is {inside}, so its source does not stand alone; {_PASS}."
+        )
+    if (obj.__module__ or "").split(".")[0] == "paged_kv":
+        raise CannotSave(
+            f"cannot save {what}: it is the library's own ({obj.__module__}), which stands in "
+            f"for any part you do not save; {_PASS}."
+        )
+    try:
+        source = _source_of(obj)
+    except SyntaxError as exc:
+        raise CannotSave(f"cannot save {what}: its cell does not parse ({exc}); {_PASS}.") from None
+    text = (
+        f"# {part.what[0].upper() + part.what[1:]}, from {part.notebook}, saved by\n"
+        f"# paged_kv.course.parts.save({what}). Edit it in the notebook and save it again;\n"
+        f"# the capstone of chapter 06 runs the engine on it.\n\n"
+        f"{source.rstrip()}\n\n\nPART = {obj.__name__}\n"
+    )
+    try:
+        namespace = _executed(text, str(parts_dir() / f"{name}.py"), name)
+    except (Exception, SystemExit) as exc:
+        raise CannotSave(
+            f"cannot save {what}: its saved cells would not load back ({_said(exc)}); keep "
+            "only imports and definitions in its cell and the cells of its helpers, with what "
+            f"they need; {_PASS}."
+        ) from None
+    if not _same_code(namespace["PART"], obj):
+        raise CannotSave(
+            f"cannot save {what}: the cells that define it no longer hold the `{obj.__name__}` "
+            f"you passed (edited or run again since?): run its cell again, then save; {_PASS}."
+        )
+    if missing := _missing_globals(obj, namespace):
+        names = ", ".join(f"`{n}`" for n in missing)
+        raise CannotSave(
+            f"cannot save {what}: it uses {names} from another cell, which would be missing "
+            f"when it is loaded: define {names} in its cell (or pass it in); {_PASS}."
+        )
+    return text
+
+
+def _missing_globals(obj: Any, namespace: dict[str, Any]) -> list[str]:
+    """The global names the code of `obj` (and of what it needs) reads from its notebook that
+    `namespace`, its saved cells run alone, lacks."""
+    functions = [f for x in _with_dependencies(obj, set()) for f in _functions(x)]
+    missing = {
+        name
+        for f in functions
+        for code in _codes(f.__code__)
+        for name in (i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL")
+        if name in f.__globals__ and name not in namespace and name not in vars(builtins)
+    }
+    return sorted(missing)
+
+
+def _codes(code: types.CodeType) -> list[types.CodeType]:
+    """`code` and the code objects nested in it (inner functions, comprehensions)."""
+    return [code, *(c for inner in code.co_consts if inspect.iscode(inner) for c in _codes(inner))]
+
+
+def _same_code(copy: Any, obj: Any) -> bool:
+    """`copy` has `obj`'s kind, name and attributes, and the code of each own function."""
+    if inspect.isclass(copy) != inspect.isclass(obj) or copy.__qualname__ != obj.__qualname__:
+        return False
+    if inspect.isclass(obj) and sorted(vars(copy)) != sorted(vars(obj)):
+        return False
+    code = {f.__qualname__: _shape(f.__code__) for f in _functions(copy)}
+    return code == {f.__qualname__: _shape(f.__code__) for f in _functions(obj)}
+
+
+def _shape(code: types.CodeType) -> tuple[Any, ...]:
+    """What `code` is made of (arguments, names, constants, nested code), but its bytecode,
+    which differs with what else is compiled with it (IPython compiles a cell's statements one
+    by one; a saved file, all at once)."""
+    consts = tuple(_shape(c) if inspect.iscode(c) else repr(c) for c in code.co_consts)
+    arguments = (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount)
+    return code.co_name, arguments, code.co_varnames, code.co_names, consts
+
+
+def _stubs(obj: Any) -> list[str]:
+    """The qualified names of the functions of `obj` (and of the helpers and base classes it
+    needs from its cells) that still raise their exercise stub and can run: those that a
+    written function names, and the public ones `obj` has (not a base's method it overrides,
+    nor an unused private helper such as `_enter`)."""
+    functions = [f for x in _with_dependencies(obj, set()) for f in _functions(x)]
+    stubbed = [f for f in functions if any(STUB in str(c) for c in f.__code__.co_consts)]
+    named = {n for f in functions if f not in stubbed for n in _global_names(f.__code__)}
+    public = [f for f in _resolved(obj) if f is obj or not re.match(r"_(?!_.*__$)", f.__name__)]
+    return [f.__qualname__ for f in stubbed if f.__name__ in named or f in public]
+
+
+def _resolved(obj: Any) -> list[Any]:
+    """The functions a class's attributes resolve to through its bases (`obj` if a function)."""
+    if not inspect.isclass(obj):
+        return [obj]
+    mro = inspect.getmro(obj)
+    first = [
+        next(vars(c)[n] for c in mro if n in vars(c)) for n in {n for c in mro for n in vars(c)}
+    ]
+    values = [getattr(v, "fget", getattr(v, "__func__", v)) for v in first]
+    return [v for v in values if inspect.isfunction(v)]
+
+
 def _source_of(obj: Any) -> str:
     """The imports, definitions and assignments of the cells (or files) that define `obj` and
     what it needs from them, those first."""
@@ -122,10 +319,7 @@ def _source_of(obj: Any) -> str:
     files = dict.fromkeys(file for target in needed for file in _files_of(target))
     sources = ["".join(linecache.getlines(file)) for file in files]
     if not sources or not all(sources):
-        raise InvalidArgument(
-            f"cannot read the source of {getattr(obj, '__name__', obj)!r}: define it in a "
-            "notebook cell (or a .py file) and save it from there."
-        )
+        raise CannotSave(f"cannot read the source of {getattr(obj, '__name__', obj)!r}; {_PASS}.")
     return "\n\n\n".join(map(_definitions, sources)) + "\n"
 
 

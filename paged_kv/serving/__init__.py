@@ -4,12 +4,12 @@ attention layer for kernels; nothing below imports it.
 """
 
 from paged_kv.serving.engine import Completion, Engine, EngineStats, StepRecord, Tokenizer
+from paged_kv.serving.hf import from_hf
 from paged_kv.serving.model import (
     ForwardBatch,
     ModelConfig,
     SeqChunk,
     TinyLM,
-    from_hf,
     greedy_dense,
 )
 from paged_kv.serving.pretrained import load_tiny_lm

@@ -6,6 +6,7 @@ their K/V live, the model computes them in one batch, and one token is sampled p
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
 from paged_kv.errors import InvalidArgument, PagedKVError
 from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
+from paged_kv.serving.one_thread import one_thread_at_a_time
 from paged_kv.serving.scheduler import (
     MAX_SEED,
     Preemption,
@@ -34,6 +36,7 @@ from paged_kv.validation import as_int, require_token_ids
 
 if TYPE_CHECKING:
     from paged_kv.cache.hashing import Salt
+    from paged_kv.cache.usage import UsageStats
     from paged_kv.tiers.store import TieredStore
 
 
@@ -46,7 +49,8 @@ class Tokenizer(Protocol):
 @dataclass(frozen=True)
 class Completion:
     """A finished request: its prompt, the tokens generated and their text (None when the
-    engine has no tokenizer)."""
+    engine has no tokenizer); how many prompt tokens its first admission found cached
+    (`num_cached_prompt_tokens`), and how many tokens it computed again after preemptions."""
 
     request_id: int
     prompt_ids: list[int]
@@ -54,6 +58,7 @@ class Completion:
     text: str | None
     num_cached_prompt_tokens: int
     num_preemptions: int
+    num_recomputed_tokens: int
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,13 @@ class Engine:
     changes nothing but the cache's contents: its requests go back to waiting with all their
     tokens, to be retried by the next step, and no block it was to write stays in the prefix
     cache. `abort` drops a request for good; a failed `generate` aborts its own requests.
+    A fault in your parts (any exception, `KeyboardInterrupt` included) is handled the same
+    wherever it lands; the one exception: when releasing a finished request fails, the step's
+    tokens stand and the next step releases it first.
+
+    One thread at a time: `add_request`, `generate`, `run`, `step` and `abort` called from a
+    second thread while another is inside one of them raise `EngineBusy`, changing nothing.
+    Use one engine per thread, or send requests to the thread that runs the engine.
     """
 
     def __init__(
@@ -187,9 +199,11 @@ class Engine:
         self.timeline: list[StepRecord] = []
         self._stats = EngineStats()
         self._next_id = 0
+        self._one_thread = threading.RLock()  # held by the thread inside a call
 
     # -- requests in ---------------------------------------------------------------------
 
+    @one_thread_at_a_time
     def add_request(
         self,
         prompt: str | Sequence[int],
@@ -213,6 +227,7 @@ class Engine:
         self._enqueue(request)
         return request.request_id
 
+    @one_thread_at_a_time
     def generate(
         self,
         prompts: Sequence[str | Sequence[int]],
@@ -221,13 +236,15 @@ class Engine:
         temperature: float = 0.0,
         seed: int | None = None,
         stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
         progress: bool = False,
         salt: Salt = None,
     ) -> list[Completion]:
         """Serve `prompts` together and return their completions in order.
 
         Greedy by default; with a temperature, request i samples with seed `seed + i`, so
-        results do not depend on how the requests were batched. Every prompt is checked
+        results do not depend on how the requests were batched. A request ends at one of
+        `stop_token_ids` or, unless `ignore_eos`, of the model's EOS ids. Every prompt is checked
         before any is queued (a str is one prompt). All or nothing: if a step raises, these
         requests are aborted before the error reaches the caller.
         """
@@ -252,6 +269,7 @@ class Engine:
                     temperature,
                     None if seed is None else seed + i,
                     stops,
+                    ignore_eos,
                 ),
                 request_id=self._next_id + i,
                 salt=salt,
@@ -274,6 +292,7 @@ class Engine:
     def has_unfinished(self) -> bool:
         return bool(self.scheduler.waiting or self.scheduler.running)
 
+    @one_thread_at_a_time
     def run(self, progress: bool = False) -> None:
         """Step until every request has finished; `progress` shows a bar of generated tokens."""
         bar = None
@@ -291,6 +310,7 @@ class Engine:
         if bar is not None:
             bar.close()
 
+    @one_thread_at_a_time
     def step(self) -> StepPlan:
         """Schedule, compute one batch, sample one token per scheduled request; return the plan.
 
@@ -301,6 +321,8 @@ class Engine:
         """
         began = time.perf_counter()
         plan = self.scheduler.schedule()
+        if not plan.chunks and not self.has_unfinished():
+            return plan  # it released requests that had finished (their release had failed)
         try:
             if not plan.chunks:
                 raise PagedKVError(
@@ -319,18 +341,21 @@ class Engine:
             if self.connector is not None:
                 self.connector.save_computed(plan.chunks)  # blocks that became full this step
             tokens = self._sample_batch(plan, logits)
+            usage = self.manager.stats()  # asks the policy: before anything is recorded
         except BaseException:
             self._stats.preemptions.extend(plan.preempted)  # those stand
             self.scheduler.abandon(plan)
             raise
-        self._record(plan)
+        self._record(plan, usage)
         for chunk, token in zip(plan.chunks, tokens, strict=True):
             chunk.request.record_sample(token)
+        for chunk in plan.chunks:  # a release that fails is made again by the next step
             if chunk.request.is_done:
                 self.scheduler.finish(chunk.request)
         self._stats.elapsed_s += time.perf_counter() - began
         return plan
 
+    @one_thread_at_a_time
     def abort(self, request_id: int) -> None:
         """Drop a waiting or running request for good (e.g. one whose steps keep failing):
         its blocks are released and it is never scheduled again."""
@@ -351,8 +376,9 @@ class Engine:
             request.prompt,
             request.output,
             None if self.tokenizer is None else self.tokenizer.decode(request.output),
-            request.num_cached_tokens,
+            request.num_prompt_hits,
             request.num_preemptions,
+            request.num_recomputed_tokens,
         )
 
     def metrics_text(self) -> str:
@@ -421,7 +447,7 @@ class Engine:
                 f"but the whole cache has {capacity}; shorten the request or add blocks."
             )
         request_id = self._next_id if request_id is None else request_id
-        return Request(request_id, seq, params)
+        return Request(request_id, seq, params, self.model.eos_token_ids)
 
     def _enqueue(self, request: Request) -> None:
         self.requests[request.request_id] = request
@@ -469,7 +495,7 @@ class Engine:
         probs = torch.softmax((row - row.max()) / request.params.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=request.generator))
 
-    def _record(self, plan: StepPlan) -> None:
+    def _record(self, plan: StepPlan, usage: UsageStats) -> None:
         """Count what `plan` computed and note the queues and blocks while it ran."""
         s = self._stats
         s.steps += 1
@@ -479,13 +505,11 @@ class Engine:
             if chunk.admitted:
                 prefill += chunk.num_tokens
                 s.prefill_tokens_saved += chunk.start
-                if chunk.request.num_preemptions:
-                    s.recomputed_tokens += chunk.num_tokens
+                s.recomputed_tokens += chunk.request.count_admission(chunk.start, chunk.num_tokens)
             else:
                 decode += 1
         s.prefill_tokens_computed += prefill
         s.generated_tokens += len(plan.chunks)
-        usage = self.manager.stats()
         s.peak_running = max(s.peak_running, len(self.scheduler.running))
         s.peak_blocks_in_use = max(s.peak_blocks_in_use, usage.num_in_use_blocks)
         self.timeline.append(

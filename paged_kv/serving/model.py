@@ -1,7 +1,8 @@
 """A Llama-style decoder whose attention writes and reads the paged KV cache.
 
 RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU MLP, with Hugging Face's
-Llama parameter names so `from_hf` copies weights over. `forward_dense` is the cache-free oracle.
+Llama parameter names so `hf.from_hf` copies weights over. `forward_dense` is the cache-free
+oracle.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -253,6 +254,9 @@ class TinyLM(nn.Module):
         exponents = torch.arange(0, c.head_dim, 2, dtype=torch.float32) / c.head_dim
         self.register_buffer("inv_freq", c.rope_theta**-exponents, persistent=False)
         self.attention_scaling = 1.0  # rope variants such as YaRN scale cos and sin
+        self.eos_token_ids: tuple[int, ...] = ()
+        """Tokens that end a request unless its `SamplingParams(ignore_eos=True)`: none here;
+        `from_hf` sets the Hugging Face model's."""
 
     @property
     def device(self) -> torch.device:
@@ -317,6 +321,30 @@ class TinyLM(nn.Module):
         return (angles.cos() * scale).to(self.dtype), (angles.sin() * scale).to(self.dtype)
 
 
+def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor in `TinyLM(config).state_dict()`, computed without
+    building the model (a weights file is checked against it before anything is allocated).
+    Its cost grows with `config.num_layers`: bound that first."""
+    c = config
+    h, i = c.hidden_size, c.intermediate_size
+    layer: dict[str, tuple[int, ...]] = {"input_layernorm.weight": (h,)}
+    for proj, rows in (("q", c.num_heads), ("k", c.num_kv_heads), ("v", c.num_kv_heads)):
+        layer[f"self_attn.{proj}_proj.weight"] = (rows * c.head_dim, h)
+        if c.attention_bias:
+            layer[f"self_attn.{proj}_proj.bias"] = (rows * c.head_dim,)
+    layer |= {
+        "self_attn.o_proj.weight": (h, c.num_heads * c.head_dim),
+        "post_attention_layernorm.weight": (h,),
+        "mlp.gate_proj.weight": (i, h),
+        "mlp.up_proj.weight": (i, h),
+        "mlp.down_proj.weight": (h, i),
+    }
+    shapes = {"embed_tokens.weight": (c.vocab_size, h)}
+    for n in range(c.num_layers):
+        shapes |= {f"layers.{n}.{name}": shape for name, shape in layer.items()}
+    return shapes | {"norm.weight": (h,), "lm_head.weight": (c.vocab_size, h)}
+
+
 def greedy_dense(model: TinyLM, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
     """Greedy decoding with no cache at all: rerun the whole sequence for every new token.
 
@@ -326,43 +354,3 @@ def greedy_dense(model: TinyLM, prompt: Sequence[int], max_new_tokens: int) -> l
     for _ in range(max_new_tokens):
         tokens.append(int(model.forward_dense(tokens)[-1].argmax()))
     return tokens[len(prompt) :]
-
-
-def from_hf(hf_model: Any) -> TinyLM:
-    """A `TinyLM` with the weights of a Hugging Face Llama-family causal LM.
-
-    Works for LlamaForCausalLM and models with the same layout (SmolLM, Qwen2, Mistral
-    without a sliding window); anything else is refused with the parameters that differ.
-    """
-    hf = hf_model.config
-    if getattr(hf, "hidden_act", "silu") != "silu":
-        raise InvalidArgument(f"from_hf needs a SwiGLU (silu) MLP, not {hf.hidden_act!r}.")
-    if getattr(hf, "use_sliding_window", False):
-        raise InvalidArgument("from_hf does not apply sliding-window attention; turn it off.")
-    first = hf_model.model.layers[0].self_attn
-    config = ModelConfig(
-        vocab_size=hf.vocab_size,
-        hidden_size=hf.hidden_size,
-        intermediate_size=hf.intermediate_size,
-        num_layers=hf.num_hidden_layers,
-        num_heads=hf.num_attention_heads,
-        num_kv_heads=hf.num_key_value_heads,
-        head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
-        rms_norm_eps=hf.rms_norm_eps,
-        attention_bias=first.q_proj.bias is not None,
-        tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
-    )
-    model = TinyLM(config)
-    weights = {key.removeprefix("model."): value for key, value in hf_model.state_dict().items()}
-    if config.tie_word_embeddings:
-        weights.setdefault("lm_head.weight", weights["embed_tokens.weight"])
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise InvalidArgument(
-            f"{type(hf_model).__name__} is not laid out like Llama: missing {missing[:4]}, "
-            f"unexpected {unexpected[:4]}. from_hf supports Llama-family decoders only."
-        )
-    rotary = hf_model.model.rotary_emb
-    model.inv_freq = rotary.inv_freq.detach().float().clone()
-    model.attention_scaling = float(getattr(rotary, "attention_scaling", 1.0))
-    return model.to(device=hf_model.device, dtype=hf_model.dtype).eval()

@@ -40,14 +40,17 @@ MAX_SEED = 2**64 - 1
 class SamplingParams:
     """How to pick tokens: greedy when temperature is 0, else seeded random sampling.
 
-    Checked when made: `max_new_tokens` an int >= 1, `temperature` a real number that is 0
-    or finite and at least `MIN_TEMPERATURE`, `seed` None or an int in 0..`MAX_SEED`,
-    `stop_token_ids` token ids."""
+    A request ends after `max_new_tokens`, or at a token of `stop_token_ids` or of the
+    model's EOS ids (`TinyLM.eos_token_ids`) unless `ignore_eos`; the stopping token is
+    part of the output. Checked when made: `max_new_tokens` an int >= 1, `temperature` a real
+    number that is 0 or finite and at least `MIN_TEMPERATURE`, `seed` None or an int in
+    0..`MAX_SEED`, `stop_token_ids` token ids, `ignore_eos` a bool."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         require_positive_int("max_new_tokens", self.max_new_tokens)
@@ -68,6 +71,8 @@ class SamplingParams:
             )
         stops = require_token_ids(self.stop_token_ids, "stop_token_ids")
         object.__setattr__(self, "stop_token_ids", tuple(stops))
+        if not isinstance(self.ignore_eos, bool):
+            raise InvalidArgument(f"ignore_eos must be True or False, got {self.ignore_eos!r}.")
 
 
 class RequestStatus(enum.Enum):
@@ -86,15 +91,25 @@ class Request:
     """
 
     def __init__(
-        self, request_id: int, prompt: Sequence[int] | TokenSequence, params: SamplingParams
+        self,
+        request_id: int,
+        prompt: Sequence[int] | TokenSequence,
+        params: SamplingParams,
+        eos_token_ids: Sequence[int] = (),
     ) -> None:
         self.request_id = request_id
         self.sequence = prompt if isinstance(prompt, TokenSequence) else TokenSequence(prompt)
         self.params = params
+        eos = () if params.ignore_eos else tuple(eos_token_ids)
+        self.stop_token_ids = frozenset(params.stop_token_ids + eos)
+        """What ends it: its params' stop ids and, unless they ignore it, the model's EOS."""
         self.num_prompt_tokens = len(self.sequence)
         self.pending_token: int | None = None
         self.status = RequestStatus.WAITING
         self.num_preemptions = 0
+        self.num_prompt_hits = 0  # tokens its first admission did not compute: prefix hits
+        self.num_recomputed_tokens = 0  # tokens its readmissions after preemptions computed
+        self._admitted = False
         self.arrival: int | None = None  # its place in arrival order, set by the scheduler
         self.times_overtaken = 0  # later arrivals admitted while it waited (longest_prefix)
         self.generator = torch.Generator()
@@ -127,9 +142,20 @@ class Request:
         """Prefix-cache hits at its latest admission."""
         return self.sequence.num_cached_tokens
 
+    def count_admission(self, num_hit_tokens: int, num_computed_tokens: int) -> int:
+        """An admission of this request was computed: `num_hit_tokens` came from the prefix
+        cache (or a lower tier), `num_computed_tokens` were computed. The first admission's
+        hits are its prompt hits; what a readmission after a preemption computes is counted as
+        recomputed, and returned (0 otherwise)."""
+        if not self._admitted:
+            self._admitted, self.num_prompt_hits = True, num_hit_tokens
+        recomputed = num_computed_tokens if self.num_preemptions else 0
+        self.num_recomputed_tokens += recomputed
+        return recomputed
+
     @property
     def is_done(self) -> bool:
-        stop = self.pending_token is not None and self.pending_token in self.params.stop_token_ids
+        stop = self.pending_token is not None and self.pending_token in self.stop_token_ids
         return stop or self.num_output_tokens >= self.params.max_new_tokens
 
     def record_sample(self, token: int) -> None:
@@ -261,7 +287,12 @@ class Scheduler:
         self.waiting.append(request)
 
     def schedule(self) -> StepPlan:
-        """Plan the next step: decode every running request, then admit waiting ones."""
+        """Plan the next step: decode every running request, then admit waiting ones.
+
+        A running request that is done already (its release failed in the last step) is
+        finished first."""
+        for request in [r for r in self.running if r.is_done]:
+            self.finish(request)
         plan = StepPlan(self.step, self.max_batch_tokens)
         self.step += 1
         try:
@@ -389,7 +420,8 @@ class Scheduler:
         plan.preempted.append(Preemption(plan.step, request.request_id, request.num_tokens, reason))
 
     def finish(self, request: Request) -> None:
-        """`request` is done: release its blocks (full ones stay cached for others)."""
+        """`request` is done: release its blocks (full ones stay cached for others). All or
+        nothing: if the release fails, `request` stays running, to be finished by `schedule`."""
         self.manager.free_sequence(request.request_id)
         self.running.remove(request)
         request.status = RequestStatus.FINISHED

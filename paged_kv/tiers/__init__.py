@@ -11,7 +11,7 @@ prometheus_client); names that need torch, redis or prometheus_client load on fi
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paged_kv.tiers.base import TIER_NAMES, BudgetIndex, Recorder, Tier, TierStats
 from paged_kv.tiers.breaker import CircuitBreaker
@@ -30,6 +30,11 @@ from paged_kv.tiers.disk import DiskTier
 from paged_kv.tiers.host import HostTier
 from paged_kv.tiers.local_redis import RedisClusterNodes, RedisServer, redis_server_path
 from paged_kv.tiers.store import LoadedBlock, TieredStore, longest_run
+
+if TYPE_CHECKING:  # what `__getattr__` loads, as type checkers should see it
+    from paged_kv.tiers.connector import KVConnector, fingerprint_model, weights_digest
+    from paged_kv.tiers.metrics import MetricsServer, TierMetrics
+    from paged_kv.tiers.redis_tier import RedisTier
 
 _LAZY = {
     "RedisTier": "paged_kv.tiers.redis_tier",

@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 
 from paged_kv.cache.eviction import PolicySpec, make_policy
 from paged_kv.errors import InvalidArgument
+from paged_kv.tiers.codec import MAX_BLOB_BYTES
 from paged_kv.validation import require_positive_int
+
+
+def check_max_bytes(max_bytes: object) -> int:
+    """The bound `get_many` reads a blob up to: `max_bytes` (an int >= 1) or, for None,
+    `codec.MAX_BLOB_BYTES`; anything else is `InvalidArgument`."""
+    return MAX_BLOB_BYTES if max_bytes is None else require_positive_int("max_bytes", max_bytes)
+
 
 Key = str
 TIER_NAMES = ("host", "disk", "remote")  # the labels the metrics use, fastest first
@@ -96,8 +104,11 @@ class Tier(ABC):
         """How many of `keys`, from the first on, are present (stops at the first absent)."""
 
     @abstractmethod
-    def get_many(self, keys: Sequence[Key]) -> list[bytes | None]:
-        """The blob of each key, None where absent or unreadable."""
+    def get_many(self, keys: Sequence[Key], max_bytes: int | None = None) -> list[bytes | None]:
+        """The blob of each key, None where absent or unreadable. `max_bytes` is the most a
+        blob of these keys can hold (the store passes its fingerprint's `max_blob_bytes`;
+        None: `codec.MAX_BLOB_BYTES`): a tier that reads from outside the process refuses a
+        longer one without reading it whole, counts it as corrupt ("size") and deletes it."""
 
     @abstractmethod
     def put_many(self, items: Sequence[tuple[Key, bytes]]) -> list[bool]:

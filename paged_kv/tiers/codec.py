@@ -48,6 +48,9 @@ _CRC = struct.Struct("<I")
 HEADER_SIZE = _FIELDS.size + _CRC.size  # 112 bytes
 TAG_SIZE = hashlib.sha256().digest_size  # the HMAC-SHA256 tag of an authenticated blob
 MIN_SECRET_BYTES = 16
+# The most bytes a tier reads for one blob when no fingerprint bounds it (a sparse file or a
+# planted value claims any size); a store reads at most its fingerprint's `max_blob_bytes`.
+MAX_BLOB_BYTES = 1 << 30
 
 # dtype name -> (code written in the header, bytes per element). Codes never change meaning.
 DTYPES: dict[str, tuple[int, int]] = {
@@ -332,6 +335,12 @@ class ModelFingerprint:
     @property
     def payload_bytes(self) -> int:
         return prod(self.payload_shape) * DTYPES[self.dtype][1]
+
+    @property
+    def max_blob_bytes(self) -> int:
+        """The largest blob of this fingerprint: header, payload and an authentication tag.
+        Tiers read no more than this of a value (`Tier.get_many(keys, max_bytes=)`)."""
+        return HEADER_SIZE + self.payload_bytes + TAG_SIZE
 
     def digest(self) -> bytes:
         """SHA-256 over a length-prefixed encoding of every field (stable across processes)."""

@@ -15,7 +15,8 @@ finds everything the old one finished writing.
 
 Nothing in the directory is trusted: every path is checked to resolve inside the root, a
 block file is opened without following a link and without blocking (a FIFO), only a regular
-file is read, and at most the size its header (and the index) says.
+file is read, its 112-byte header first, and then only when the file's size is what that
+header (and the index, and the caller's `max_bytes`) says.
 """
 
 from __future__ import annotations
@@ -33,8 +34,15 @@ from pathlib import Path
 
 from paged_kv.cache.eviction import PolicySpec
 from paged_kv.errors import CorruptBlock, InvalidArgument
-from paged_kv.tiers.base import BudgetIndex, Key, Tier
-from paged_kv.tiers.codec import blob_sizes, check_integrity, parse_key, read_header
+from paged_kv.tiers.base import BudgetIndex, Key, Tier, check_max_bytes
+from paged_kv.tiers.codec import (
+    HEADER_SIZE,
+    MAX_BLOB_BYTES,
+    blob_sizes,
+    check_integrity,
+    parse_key,
+    read_header,
+)
 
 SUFFIX = ".kvb"
 TMP_SUFFIX = ".tmp"
@@ -43,8 +51,6 @@ QUARANTINE = "quarantine"
 # writer is dead, or when it is older than this (the pid may have been reused).
 STALE_TMP_S = 600.0
 _TMP_NAME = re.compile(r"\.[0-9a-f]{64}\.([0-9]+)\.[0-9a-f]{8}\.tmp")
-# The most a block file may hold when no budget bounds it (a sparse file claims any size).
-MAX_BLOB_BYTES = 1 << 30
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -116,8 +122,9 @@ class DiskTier(Tier):
                 n += 1
         return n
 
-    def get_many(self, keys: Sequence[Key]) -> list[bytes | None]:
+    def get_many(self, keys: Sequence[Key], max_bytes: int | None = None) -> list[bytes | None]:
         paths = [self.path_of(k) for k in keys]  # every key checked before anything is read
+        limit = check_max_bytes(max_bytes)
         began = time.perf_counter()
         blobs: list[bytes | None] = []
         for key, path in zip(keys, paths, strict=True):
@@ -126,6 +133,8 @@ class DiskTier(Tier):
             blob = None
             if size is not None:
                 try:
+                    if size > limit:  # another fingerprint's size, or planted: never read
+                        raise CorruptBlock(f"{size} bytes, at most {limit} asked", reason="size")
                     blob = self._read(path, size)
                 except CorruptBlock as err:  # replaced behind our back: counted, set aside
                     self.record_corrupt(err.reason)
@@ -208,8 +217,9 @@ class DiskTier(Tier):
 
     def _read(self, path: Path, size: int | None) -> bytes:
         """The bytes of the block file at `path`: a regular file, not a link, of `size` bytes
-        (None: at most the budget or `MAX_BLOB_BYTES`) that its header agrees with. Raises
-        `CorruptBlock` for what is not such a file, `OSError` when there is none."""
+        (None: at most the budget or `MAX_BLOB_BYTES`) that its header agrees with. The
+        header is read first; the rest only when the file's size is one the header allows.
+        Raises `CorruptBlock` for what is not such a file, `OSError` when there is none."""
         if not self._inside(path):
             raise CorruptBlock("a block path leads outside the root", reason="outside root")
         try:
@@ -229,12 +239,12 @@ class DiskTier(Tier):
                     "bytes (at most) was stored",
                     reason="size",
                 )
-            data = _read_exactly(fd, info.st_size)
+            header = read_header(_read_at(fd, 0, HEADER_SIZE))
+            if info.st_size not in blob_sizes(header):
+                raise CorruptBlock("the file's size is not what its header says", reason="size")
+            return _read_at(fd, 0, info.st_size)
         finally:
             os.close(fd)
-        if len(data) not in blob_sizes(read_header(data)):
-            raise CorruptBlock("the file's size is not what its header says", reason="size")
-        return data
 
     def _write_atomically(self, path: Path, blob: bytes | bytearray | memoryview) -> None:
         """Write to a temporary file beside `path`, fsync it, rename it over `path`."""
@@ -352,16 +362,17 @@ class DiskTier(Tier):
                 path.unlink()
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    """At most `size` bytes from `fd` (fewer if the file shrank meanwhile)."""
+def _read_at(fd: int, offset: int, size: int) -> bytes:
+    """At most `size` bytes of `fd` from `offset` (fewer if the file shrank meanwhile); one
+    read is one bytes object, never copied."""
     chunks: list[bytes] = []
-    left = size
-    while left > 0:
-        chunk = os.read(fd, left)  # `size` is bounded by the caller
+    while size > 0:
+        chunk = os.pread(fd, size, offset)  # `size` is bounded by the caller
         if not chunk:
             break
         chunks.append(chunk)
-        left -= len(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
     return b"".join(chunks)
 
 

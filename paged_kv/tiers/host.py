@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from paged_kv.cache.eviction import PolicySpec
 from paged_kv.errors import InvalidArgument
-from paged_kv.tiers.base import BudgetIndex, Key, Tier
+from paged_kv.tiers.base import BudgetIndex, Key, Tier, check_max_bytes
 
 
 class HostTier(Tier):
@@ -39,7 +39,10 @@ class HostTier(Tier):
                 n += 1
         return n
 
-    def get_many(self, keys: Sequence[Key]) -> list[bytes | None]:
+    def get_many(self, keys: Sequence[Key], max_bytes: int | None = None) -> list[bytes | None]:
+        """The blobs in memory; `max_bytes` is checked but bounds nothing here: this process
+        wrote every blob it holds (the store verifies them as it verifies any tier's)."""
+        check_max_bytes(max_bytes)
         began = time.perf_counter()
         with self._lock:
             blobs = [self._data.get(k) for k in keys]

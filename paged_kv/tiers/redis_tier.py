@@ -1,30 +1,43 @@
 """The Redis tier: blocks shared between engine processes, on one server or a Redis Cluster.
 
 redis-py (with hiredis, when installed, parsing replies) talks to the servers. Every batch is
-one pipeline per server: EXISTS for lookups, GET, SET (optionally with a TTL), UNLINK. Eviction
-is Redis's own: give the server `maxmemory` and `maxmemory-policy allkeys-lfu` (approximated
-LFU with decay) or `allkeys-lru`, and a block that is gone is simply a miss.
+one pipeline per server: EXISTS for lookups, GETRANGE, SET (optionally with a TTL), UNLINK.
+Eviction is Redis's own: give the server `maxmemory` and `maxmemory-policy allkeys-lfu`
+(approximated LFU with decay) or `allkeys-lru`, and a block that is gone is simply a miss.
 
-Faults: each call has a connect and a read timeout and no retries; each server has a
-`CircuitBreaker`. A failing server costs at most `failure_threshold` timeouts before its
-breaker opens; then its keys are misses at once (the engine recomputes) until a trial call
-after `cooldown_s` finds it back. In a cluster the breakers are per node, so one dead node
-makes only its own slots miss.
+Values are not trusted: a read asks for at most `max_bytes + 1` bytes of each (GETRANGE), so
+a value planted under a block's key costs what a block costs, never its own size; one longer
+than `max_bytes` is counted as corrupt ("size") and deleted.
+
+Faults: no retries, and every call to a server ends by a deadline, `connect_timeout +
+socket_timeout` after it began, however the server answers (redis-py's `socket_timeout` alone
+bounds each receive, so a server sending a byte now and then could hold a call forever); each
+server has a `CircuitBreaker`. A failing server costs at most `failure_threshold` such calls
+before its breaker opens; then its keys are misses at once (the engine recomputes) until a
+trial call after `cooldown_s` finds it back. In a cluster the breakers are per node, so one
+dead node makes only its own slots miss.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlparse
 
 from paged_kv.errors import InvalidArgument, PagedKVError
-from paged_kv.tiers.base import Key, Tier
+from paged_kv.tiers.base import Key, Tier, check_max_bytes
 from paged_kv.tiers.breaker import CircuitBreaker
 from paged_kv.validation import as_int, require_positive_int, require_seconds
+
+# When the tier call running in this thread must end (time.monotonic()); None: no call.
+_DEADLINE: ContextVar[float | None] = ContextVar("paged_kv_redis_deadline", default=None)
 
 
 def _parse_url(url: object) -> Any:
@@ -72,6 +85,74 @@ def _redis() -> Any:
     return redis
 
 
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Every socket operation of the connections below, in this thread, ends `seconds` from
+    now at the latest."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+class _DeadlineSocket:
+    """A connected socket whose sends and receives also end at the deadline of the tier call
+    in progress: each waits at most its own timeout and what is left of the call's time."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._timeout = sock.gettimeout()
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+        self._sock.settimeout(timeout)
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def _bound(self) -> None:
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            self._sock.settimeout(self._timeout)
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the Redis tier call ran out of time")
+        self._sock.settimeout(left if self._timeout is None else min(self._timeout, left))
+
+    def recv(self, *args: Any) -> bytes:
+        self._bound()
+        return self._sock.recv(*args)
+
+    def recv_into(self, *args: Any) -> int:
+        self._bound()
+        return self._sock.recv_into(*args)
+
+    def sendall(self, *args: Any) -> None:
+        self._bound()
+        self._sock.sendall(*args)
+
+    def __getattr__(self, name: str) -> Any:  # fileno, shutdown, close, pending, ...
+        return getattr(self._sock, name)
+
+
+@functools.cache
+def _deadline_connections() -> tuple[type, type]:
+    """redis-py connection classes (plain, TLS) whose sockets keep the call's deadline."""
+    redis = _redis()
+
+    class DeadlineConnection(redis.connection.Connection):
+        def _connect(self) -> Any:
+            return _DeadlineSocket(super()._connect())
+
+    class DeadlineSSLConnection(redis.connection.SSLConnection):
+        def _connect(self) -> Any:
+            return _DeadlineSocket(super()._connect())
+
+    return DeadlineConnection, DeadlineSSLConnection
+
+
 class _Endpoint:
     """One server: its client and its breaker."""
 
@@ -85,8 +166,9 @@ class RedisTier(Tier):
     """Blobs in Redis at `url` (standalone), or in the cluster reachable through
     `cluster_nodes` [(host, port), ...].
 
-    `socket_timeout` and `connect_timeout` (seconds) bound each call; `failure_threshold`
-    failures in a row open a server's breaker for `cooldown_s`. `ttl_s` gives keys an expiry.
+    A call to a server ends `connect_timeout + socket_timeout` seconds after it began at the
+    latest, whatever the server sends; `failure_threshold` failures in a row open a server's
+    breaker for `cooldown_s`. `ttl_s` gives keys an expiry.
     `clock` (seconds, monotonic; injectable for tests) times the cooldowns and the refresh of
     `usage()`.
     """
@@ -126,10 +208,12 @@ class RedisTier(Tier):
         self.cooldown_s = cooldown_s
         self.ttl_ms = None if ttl_s is None else max(1, int(ttl_s * 1000))
         self._clock = clock
+        plain, tls = _deadline_connections()
         self._connection = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": connect_timeout,
             "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+            "connection_class": tls if parsed is not None and parsed.scheme == "rediss" else plain,
         }
         self._endpoints: dict[str, _Endpoint] = {}
         self._lock = threading.Lock()
@@ -163,17 +247,29 @@ class RedisTier(Tier):
         """Presence of each key (one pipelined EXISTS per server)."""
         return self._per_key("contains", keys, lambda p, k: p.exists(k), lambda r: r == 1)
 
-    def get_many(self, keys: Sequence[Key]) -> list[bytes | None]:
+    def get_many(self, keys: Sequence[Key], max_bytes: int | None = None) -> list[bytes | None]:
+        """At most `max_bytes + 1` bytes of each value (GETRANGE): one longer than
+        `max_bytes` is counted as corrupt ("size") and deleted, never fetched whole. An empty
+        value reads as absent (GETRANGE answers a missing key with an empty string)."""
+        limit = check_max_bytes(max_bytes)
         began = time.perf_counter()
         blobs: list[bytes | None] = [None] * len(keys)
+        oversized: list[Key] = []
 
         def keep(i: int, reply: object) -> bool:
-            if isinstance(reply, bytes):
-                blobs[i] = reply
-                return True
-            return False
+            if not isinstance(reply, bytes) or not reply:
+                return False
+            if len(reply) > limit:
+                oversized.append(keys[i])
+                return False
+            blobs[i] = reply
+            return True
 
-        self._run("get", keys, lambda p, k: p.get(k), keep, began)
+        self._run("get", keys, lambda p, k: p.getrange(k, 0, limit), keep, began)
+        for _ in oversized:
+            self.record_corrupt("size")
+        if oversized:
+            self.delete(oversized)
         self.record_moved("read", sum(len(b) for b in blobs if b is not None))
         return blobs
 
@@ -223,8 +319,9 @@ class RedisTier(Tier):
 
     def stall_budget_s(self, outage_s: float) -> float:
         """The most time calls to one server can cost the caller during an outage of
-        `outage_s` seconds: `failure_threshold` timed-out calls before the breaker opens, then
-        one trial call per cooldown."""
+        `outage_s` seconds: `failure_threshold` calls cut off at their deadline
+        (`connect_timeout + socket_timeout` each) before the breaker opens, then one trial
+        call per cooldown."""
         per_call = self.connect_timeout + self.socket_timeout
         trials = math.ceil(outage_s / self.cooldown_s) if self.cooldown_s else math.inf
         return per_call * (self.failure_threshold + trials)
@@ -269,12 +366,18 @@ class RedisTier(Tier):
         redis = _redis()
         from redis.cluster import ClusterNode, RedisCluster
 
+        (host, port), *others = self.cluster_nodes or []
+        # redis-py gives the nodes' clients our connection class only when the cluster is
+        # made from a URL: the first seed node's, the others as startup nodes
+        address = f"[{host}]" if ":" in host else host
         try:
-            cluster = RedisCluster(
-                startup_nodes=[ClusterNode(h, p) for h, p in self.cluster_nodes or []],
-                require_full_coverage=False,
-                **self._connection,
-            )
+            with _deadline((1 + len(others)) * (self.connect_timeout + self.socket_timeout)):
+                cluster = RedisCluster(
+                    url=f"redis://{address}:{port}/0",
+                    startup_nodes=[ClusterNode(h, p) for h, p in others],
+                    require_full_coverage=False,
+                    **self._connection,
+                )
         except (redis.exceptions.RedisError, OSError):
             self._cluster_breaker.record_failure()
             return None
@@ -317,7 +420,8 @@ class RedisTier(Tier):
             self.record(op, "skipped", n)
             return None
         try:
-            result = fn(endpoint.client)
+            with _deadline(self.connect_timeout + self.socket_timeout):
+                result = fn(endpoint.client)
         except (redis.exceptions.RedisError, OSError):
             endpoint.breaker.record_failure()
             self.record(op, "error", n)

@@ -18,7 +18,13 @@ Authentication (opt-in): with a deployment secret (`secret=`, or `$PAGED_KV_BLOB
 every blob is written with an HMAC-SHA256 tag and every blob read must carry a valid one; a
 forged blob is counted as corrupt ("unauthenticated", "authentication") and deleted. Needed
 when others can write to a shared tier (a Redis many services reach); every process sharing
-a namespace must then use the same secret.
+a namespace must then use the same secret. A secret given as text (a str, or the environment
+variable) is its UTF-8 bytes; text that has none (a non-UTF-8 environment value, lone
+surrogates) is refused with `InvalidArgument`.
+
+Metrics: by default (`metrics="auto"`) a store keeps Prometheus metrics when prometheus_client
+(the `tiers` extra) is installed and none otherwise, so host and disk tiers need no extra;
+`metrics=True` insists, and without prometheus_client is a `PagedKVError` naming the extra.
 """
 
 from __future__ import annotations
@@ -84,8 +90,10 @@ class TieredStore:
 
     The host tier, if any, is written synchronously; every other tier through its own
     background queue of at most `queue_blocks` blocks, written in batches of up to
-    `batch_blocks` (one pipeline or one directory sync per batch). `metrics=True` makes a
-    Prometheus `TierMetrics` with its own registry (pass one to share it, None for none).
+    `batch_blocks` (one pipeline or one directory sync per batch). `metrics`: "auto" (a
+    Prometheus `TierMetrics` with its own registry if prometheus_client is installed, else
+    none), True (a `TierMetrics`, or `PagedKVError` naming the extra without it), a `Recorder`
+    such as a `TierMetrics` to share, or None for none.
     """
 
     def __init__(
@@ -95,7 +103,7 @@ class TieredStore:
         namespace: str = "paged_kv",
         queue_blocks: int = 1024,
         batch_blocks: int = 64,
-        metrics: object = True,
+        metrics: object = "auto",
         secret: bytes | str | None = None,
     ) -> None:
         # Every argument is checked before anything changes (no recorder rebound, no thread).
@@ -103,16 +111,20 @@ class TieredStore:
         self.namespace = check_namespace(namespace)
         queue_blocks = require_positive_int("queue_blocks", queue_blocks)
         batch_blocks = require_positive_int("batch_blocks", batch_blocks)
-        if not (metrics is True or metrics is None or isinstance(metrics, Recorder)):
+        if not (
+            metrics is True
+            or metrics is None
+            or (isinstance(metrics, str) and metrics == "auto")
+            or isinstance(metrics, Recorder)
+        ):
             raise InvalidArgument(
-                f"metrics= is True (a new TierMetrics), None, or a Recorder such as a "
-                f"TierMetrics to share; got {metrics!r}."
+                f"metrics= is 'auto' (a new TierMetrics if prometheus_client is installed), "
+                f"True (a new TierMetrics), None, or a Recorder such as a TierMetrics to share; "
+                f"got {metrics!r}."
             )
         self._secret = _deployment_secret(secret)
-        if metrics is True:
-            from paged_kv.tiers.metrics import TierMetrics
-
-            metrics = TierMetrics()
+        if metrics is True or metrics == "auto":
+            metrics = _new_metrics(required=metrics is True)
         self.metrics = metrics
         recorder: Recorder = metrics if isinstance(metrics, Recorder) else NULL_RECORDER
         self.recorder = recorder
@@ -180,7 +192,7 @@ class TieredStore:
             tier, j = sources[i], i
             while j < len(sources) and sources[j] is tier:
                 j += 1
-            blobs = tier.get_many(keys[i:j])
+            blobs = tier.get_many(keys[i:j], max_bytes=space.fingerprint.max_blob_bytes)
             for k, blob in zip(range(i, j), blobs, strict=True):
                 if blob is None:
                     return self._promote(loaded, keys)
@@ -308,6 +320,18 @@ def _check_tiers(tiers: object) -> list[Tier]:
     return listed
 
 
+def _new_metrics(*, required: bool) -> Recorder | None:
+    """A new `TierMetrics`; without prometheus_client, None, or (`required`) the import's
+    `PagedKVError`, which names the extra to install."""
+    try:
+        from paged_kv.tiers.metrics import TierMetrics
+    except PagedKVError:  # prometheus_client is missing (the only error that import raises)
+        if required:
+            raise
+        return None
+    return TierMetrics()
+
+
 def _deployment_secret(secret: bytes | str | None) -> bytes | None:
     """The HMAC key: `secret`, else $PAGED_KV_BLOB_SECRET, else None (no authentication)."""
     source = "secret="
@@ -317,7 +341,14 @@ def _deployment_secret(secret: bytes | str | None) -> bytes | None:
         if secret is None:
             return None
     if isinstance(secret, str):
-        secret = secret.encode()
+        try:
+            secret = secret.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                f"{source}: a secret given as text must be valid UTF-8 text, got one with "
+                "undecodable bytes or lone surrogates; use e.g. secrets.token_hex(32) (64 "
+                "ASCII characters), or pass the raw bytes as secret=."
+            ) from None
     try:
         return check_secret(secret)
     except InvalidArgument as err:

@@ -3,9 +3,11 @@ eviction, the prefix tree, paged attention and a served run.
 
 The renderers are pure functions (state in, HTML out) that the tests read; the widgets only
 step through states. `theme` holds every colour (and the contrast maths), `plots` the plot
-conventions shared by all chapters.
+conventions shared by all chapters. They need the `course` extra (ipywidgets, matplotlib):
+without it, importing this package raises `MissingExtra` naming it (`course_extra`).
 """
 
+from paged_kv.widgets import course_extra  # noqa: F401 - first: checks the extra is installed
 from paged_kv.widgets.block_map import block_changes, render_block_table_map
 from paged_kv.widgets.engine_run import EngineRun, record_engine
 from paged_kv.widgets.eviction_view import eviction_replay, render_eviction_html

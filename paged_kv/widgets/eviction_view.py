@@ -247,15 +247,16 @@ def _cell(
         ink = text_on(fill)
         border = "2px solid #111111" if prefix else "2px dashed #111111"
         weight = "font-weight:bold" if prefix else "font-style:italic"
-        label = f"<span style='{weight}'>{key}</span><span style='font-size:9px'>×{n}</span>"
+        label = f"<span style='{weight}'>{esc(key)}</span><span style='font-size:9px'>×{n}</span>"
         kind = "prefix" if prefix else "private"
     outline = ""
     if hit is not None:
         outline = f"outline:{OUTLINE_HIT if hit else OUTLINE_MISS};outline-offset:1px;"
     badge = "" if victim is None else _victim_badge(str(victim), absolute=True)
     return (
-        f'<div data-block-id="{block}" data-key="{"" if key is None else key}" data-count="{n}" '
-        f'data-kind="{kind}" data-evicted="{"" if victim is None else victim}" '
+        f'<div data-block-id="{block}" data-key="{esc("" if key is None else key)}" '
+        f'data-count="{n}" data-kind="{kind}" '
+        f'data-evicted="{esc("" if victim is None else victim)}" '
         f'title="block {block}" style="position:relative;width:40px;height:36px;'
         f"box-sizing:border-box;background:{fill};color:{ink};border:{border};{outline}"
         f'display:flex;flex-direction:column;align-items:center;justify-content:center">'
@@ -298,8 +299,8 @@ def _caption_html(frame: EvictionFrame, policy_name: str, prefix_keys: Collectio
     lines = [f"<div>{esc(text)} · hit rate so far {rate:.0%}</div>"]
     for e in frame.evictions:
         lines.append(
-            f'<div data-eviction="{e.key}"><b>evicted key {e.key}</b> from block {e.block}'
-            f"{' (' + esc(policy_name) + ')' if policy_name else ''}: {esc(e.why)}</div>"
+            f'<div data-eviction="{esc(e.key)}"><b>evicted key {esc(e.key)}</b> from block '
+            f"{e.block}{' (' + esc(policy_name) + ')' if policy_name else ''}: {esc(e.why)}</div>"
         )
     if frame.step and not frame.evictions:
         lines.append(f'<div style="color:{MUTED}">no eviction this step</div>')
@@ -313,9 +314,9 @@ def _queue_html(frame: EvictionFrame) -> str:
     for name, keys in frame.queue.items():
         chips = " ".join(
             f'<span style="background:{VICTIM_FILL};color:{text_on(VICTIM_FILL)};padding:0 2px">'
-            f"{k}</span>"
+            f"{esc(k)}</span>"
             if k == frame.next_victim
-            else str(k)
+            else esc(k)
             for k in keys
         )
         rows.append(

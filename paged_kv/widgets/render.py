@@ -90,9 +90,9 @@ def render_cache_html(frame: CacheFrame) -> str:
         mark = ""
         if block == frame.block:
             mark = f"outline:{OUTLINE_HIT if frame.hit else OUTLINE_MISS};outline-offset:1px;"
-        label = "·" if key is None else f"{key}<br><span style='font-size:9px'>×{n}</span>"
+        label = "·" if key is None else f"{esc(key)}<br><span style='font-size:9px'>×{n}</span>"
         cells.append(
-            f'<div data-block-id="{block}" data-key="{"" if key is None else key}" '
+            f'<div data-block-id="{block}" data-key="{"" if key is None else esc(key)}" '
             f'data-count="{n}" '
             f'style="width:{CELL}px;height:{CELL}px;box-sizing:border-box;background:{fill};'
             f"color:{text_on(fill)};border:{border};{mark}display:flex;flex-direction:column;"

@@ -16,6 +16,7 @@ from typing import Any
 from paged_kv.cache import block_table as library
 from paged_kv.cache.block_pool import BlockPool
 from paged_kv.cache.manager import KVCacheManager
+from paged_kv.course import parts as saved
 from paged_kv.course.checks import causes
 from paged_kv.course.checks.failures import exercise, passed, stage
 from paged_kv.course.checks.harness import (
@@ -236,6 +237,12 @@ def check_parts_so_far(manager_cls: Callable[[Any], Any], pool_cls: Callable[...
             trial.expect("pool.num_free", free, ref.pool.num_free)
 
     fixed(scenario)
-    if pool_cls is BlockPool:
-        pool_name = "the library's BlockPool (no pool of yours saved with parts.save in chapter 01)"
+    if pool_cls is BlockPool and (why := _no_pool_of_yours()):
+        pool_name = f"the library's BlockPool (yours: {why})"
     passed(f"your manager on {pool_name}: {len(ops)} operations, no slot shared")
+
+
+def _no_pool_of_yours() -> str:
+    """Why `parts.load("pool")` gives no pool, and where it looked; "" if it gives one."""
+    mine, why = saved.origin("pool")
+    return "" if mine is not None else f"{why}; {saved.searched()}"

@@ -307,7 +307,17 @@ def _cached_pool(size: int) -> tuple[BlockPool, int]:
 
 
 _HOOKS = ("block_hasher", "prefix_lookup", "allocate_table")
-_YOURS = "your chapter 01 pool and chapter 03 policy are used here once saved with parts.save"
+
+
+def _lent(lent: dict[str, bool], eviction: Any) -> str:
+    """Which of the library's parts stand in (`lent`), and why none of yours is loaded."""
+    from paged_kv.course import parts as saved  # parts imports the checks
+
+    names = {"pool": "BlockPool", "eviction": f"{eviction!r} policy"}
+    text = " and ".join(names[name] for name, library in lent.items() if library)
+    found = [(name, saved.origin(name)) for name, library in lent.items() if library]
+    why = [f"{saved.PARTS[name].what}: {said}" for name, (mine, said) in found if mine is None]
+    return f"{text}: {'; '.join([*why, saved.searched()])}" if why else text
 
 
 @exercise(None, "your parts so far")
@@ -322,9 +332,9 @@ def check_prefix_parts(
 ) -> None:
     """Your three parts (and pool and policy class, when given) in a `KVCacheManager` hit what
     the library's parts hit, on multi-tenant traffic with shared system prompts."""
-    lent = [("BlockPool", pool is None), (f"{eviction!r} policy", isinstance(eviction, str))]
-    if lent := " and ".join(what for what, library in lent if library):
-        print(f"(with the library's {lent}: {_YOURS})")
+    lent = {"pool": pool is None, "eviction": isinstance(eviction, str)}
+    if lent["pool"] or lent["eviction"]:
+        print(f"(with the library's {_lent(lent, eviction)})")
     parts = dict(zip(_HOOKS, (block_hasher, prefix_lookup, allocate_table), strict=True))
     parts |= {"pool": pool} if pool is not None else {}  # each part passed its own check
 

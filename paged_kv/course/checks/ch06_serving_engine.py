@@ -369,17 +369,25 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
     lookup and all-or-nothing add (04), decode attention (05) and scheduler (06) serve ten
     requests sharing system prompts, two tenants, in a cache small enough to evict and preempt,
     and generate exactly the cache-free greedy tokens. `parts` defaults to the saved ones
-    (`paged_kv.course.parts.load_all()`); a missing part is the library's, and says so."""
+    (`paged_kv.course.parts.load_all()`); a missing part (not saved, saved with a stub still in
+    it, or in a file that does not load) is the library's, and the check says why and where it
+    looked."""
     if parts is None:
-        found = saved.load_all()
+        found, looked = saved.load_all(), [f"({saved.searched()})"]
     else:
         mine = {n: p for n, p in parts.items() if p is not None}
-        found = {n: (mine.get(n), "yours" if n in mine else "the library's") for n in saved.PARTS}
+        found = {n: (mine.get(n), "yours" if n in mine else "not passed") for n in saved.PARTS}
+        looked = []
     parts = {name: part for name, (part, _) in found.items() if part is not None}
     with one_thread():
         stats = _served(parts, scheduler_cls, lambda _: _culprits(parts, scheduler_cls), "").stats()
-    lines = [f"  {part.what:45} {found[name][1]}" for name, part in saved.PARTS.items()]
+    lines = []
+    for name, part in saved.PARTS.items():
+        obj, why = found[name]
+        whose = "" if obj is not None else "the library's: "
+        lines.append(f"  {part.what:45} {whose}{why}")
     lines.append(f"  {'your scheduler':45} {scheduler_cls.__name__}, from this notebook")
+    lines += looked if len(parts) < len(saved.PARTS) else []
     print("The engine ran on:", *lines, sep="\n")
     print(
         f"{stats.requests} requests, {stats.generated_tokens} tokens, all equal to cache-free "

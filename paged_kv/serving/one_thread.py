@@ -1,0 +1,52 @@
+"""One thread at a time inside an engine: a call from a second thread is refused, not queued.
+
+The engine's state (its queues, the manager's block tables, the pool) is changed by many steps
+inside each call, so a second thread that cut in between them, say an `abort` between planning
+and the forward pass, would leave the first thread's clean-up half done. `one_thread_at_a_time`
+makes each public call that changes the engine hold the engine's lock; a call from another
+thread while it is held raises `EngineBusy` before it changes anything. The lock is re-entrant
+(`generate` calls `run`, which calls `step`) and never waited on, so a single-threaded caller
+pays one uncontended acquire and release per call.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
+
+from paged_kv.errors import EngineBusy
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class HoldsALock(Protocol):
+    _one_thread: threading.RLock
+
+
+S = TypeVar("S", bound=HoldsALock)
+
+
+def one_thread_at_a_time(
+    method: Callable[Concatenate[S, P], R],
+) -> Callable[Concatenate[S, P], R]:
+    """`method` runs holding `self._one_thread` (an `RLock`); `EngineBusy` if another thread
+    holds it."""
+
+    @functools.wraps(method)
+    def guarded(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        lock = self._one_thread
+        if not lock.acquire(False):  # never waits (positional: half the cost of blocking=)
+            raise EngineBusy(
+                f"{type(self).__name__}.{method.__name__}: another thread is inside this "
+                "engine; use an engine from one thread at a time (one engine per thread, or "
+                "send requests to the thread that runs it through a queue)."
+            )
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            lock.release()
+
+    return guarded
