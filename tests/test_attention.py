@@ -352,14 +352,25 @@ def test_cuda_calls_the_kernels_cannot_take_go_to_the_reference(call, why):
     assert why in triton_refusal(*call, device="cuda")
 
 
-def test_unaligned_or_strided_caches_go_to_the_reference():
+def test_unaligned_caches_go_to_the_reference():
+    from paged_kv.attention.triton_shapes import triton_refusal
+
     q, _, _ = meta(head_dim=64)
     pool = torch.empty(2, 4096, 16, 8, 68, dtype=torch.float16, device="meta")
     padded = pool[0, ..., :64]  # rows of 68 elements: strides not multiples of 8
+    assert "strides" in triton_refusal(q, padded, padded, device="cuda")
     assert decode_backend(q, padded, padded, device="cuda") == "reference"
+
+
+def test_strided_but_aligned_caches_go_to_triton_where_it_is_installed():
+    from paged_kv.attention.triton_shapes import triton_refusal
+
+    q, _, _ = meta(head_dim=64)
     kv = torch.empty(4096, 2, 16, 8, 64, dtype=torch.float16, device="meta")
     k, v = kv[:, 0], kv[:, 1]  # K and V interleaved per block: strided, but aligned
-    assert decode_backend(q, k, v, device="cuda") == "triton"
+    assert triton_refusal(q, k, v, device="cuda") is None  # the kernels take them
+    installed = "triton" if attention.HAS_TRITON else "reference"
+    assert decode_backend(q, k, v, device="cuda") == installed
 
 
 def test_without_triton_cuda_calls_go_to_the_reference(monkeypatch):

@@ -120,15 +120,40 @@ def test_the_readme_has_one_setup_one_test_command_and_opens_the_course_at_the_r
     ]
 
 
+def ci_commands(text: str) -> list[str]:
+    """The lines of a CI file as commands: YAML's `run:` and comments dropped, .ci/run's
+    `run_pytest` (pytest, failing with a message when it collects nothing) read as pytest."""
+    lines = [
+        re.sub(r"^\s*(- )?(run: )?", "", line).split(" #")[0].strip() for line in text.splitlines()
+    ]
+    return [re.sub(r"^run_pytest\b", "pytest", line) for line in lines]
+
+
 @pytest.mark.parametrize("ci", [".ci/run", ".github/workflows/ci.yml"])
 def test_ci_runs_the_readme_commands_and_installs_its_system_packages(ci):
     text = (ROOT / ci).read_text()
-    assert re.search(r"^\s*(run: )?\./setup\.sh triton$", text, re.MULTILINE)
-    assert re.search(r"^\s*pytest$", text, re.MULTILINE)
-    assert "ruff check ." in text
+    commands = ci_commands(text)
+    default, triton = commands.index("./setup.sh"), commands.index("./setup.sh triton")
+    assert default < commands.index("pytest -m quick") < commands.index("pytest") < triton
+    assert {"ruff check .", "pyright"} <= set(commands[default:triton])
+    assert "pyright" in commands[triton:]
+    assert any(c.startswith("pytest tests/test_triton_*.py") for c in commands[triton:])
     for package in SYSTEM_PACKAGES:
         assert package in text, f"{ci} does not install {package}"
     assert "grep -v" not in text, "CI must not filter output that only one machine prints"
+
+
+def test_ci_tests_every_python_the_package_claims():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    lowest = re.search(r'^requires-python = ">=3\.(\d+)"$', pyproject, re.MULTILINE)
+    claimed = re.findall(r'"Programming Language :: Python :: 3\.(\d+)"', pyproject)
+    matrix = re.search(
+        r"^\s*python: \[(.*)\]$", (ROOT / ".github/workflows/ci.yml").read_text(), re.M
+    )
+    assert lowest and matrix
+    minors = [int(m) for m in claimed]
+    assert minors == list(range(int(lowest.group(1)), minors[-1] + 1))  # from the lowest, no gap
+    assert re.findall(r'"3\.(\d+)"', matrix.group(1)) == claimed
 
 
 def test_ci_pins_torch_only_through_the_constraints_variable():

@@ -1,0 +1,3 @@
+from triton.knobs import NvidiaTool
+
+def get_ptxas(arch: int) -> NvidiaTool: ...
