@@ -60,10 +60,11 @@ class Completion:
     num_preemptions: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One step, for plots: engine time when it began, the queues and blocks while it ran,
-    the tokens it computed and the tokens it generated (one per scheduled request)."""
+    the tokens it computed and the tokens it generated (one per scheduled request). Slotted:
+    an engine keeps the last `keep_steps` of them."""
 
     step: int
     time_s: float
@@ -153,7 +154,7 @@ class Engine:
     Memory stays flat however long it runs: `requests` holds the waiting and running requests
     and the last `keep_finished` (default 1000) finished or aborted ones, oldest forgotten
     first; `completion` of a forgotten one raises `RequestForgotten` (`generate` returns all of
-    its own, however many). `timeline` keeps the last `keep_steps` (default 5000) steps, and
+    its own, however many). `timeline` keeps the last `keep_steps` (default 1000) steps, and
     the tier connector (with `store=`) the block sources of the last `keep_finished +
     max_running` requests admitted. `stats()` counts everything since the engine was made.
 
@@ -179,7 +180,7 @@ class Engine:
         manager_factory: Callable[..., KVCacheManager] = KVCacheManager,
         schedule: SchedulePolicy = "fcfs",
         keep_finished: int = 1000,
-        keep_steps: int = 5000,
+        keep_steps: int = 1000,
     ) -> None:
         self.keep_finished = require_int("keep_finished", keep_finished)
         self.keep_steps = require_int("keep_steps", keep_steps)
