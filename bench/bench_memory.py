@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=10_000)
     parser.add_argument("--every", type=int, default=5_000, help="sample every N requests")
     parser.add_argument("--warmup", type=int, default=20_000, help="growth is measured after")
-    parser.add_argument("--wave", type=int, default=128, help="requests queued per run()")
+    parser.add_argument("--wave", type=int, default=32, help="requests queued per run()")
     parser.add_argument("--threads", type=int, default=1)
     add_save_flag(parser, "memory")
     args = parser.parse_args()
@@ -130,9 +130,8 @@ def main() -> None:
     )
     print(HEADER)
     samples = serve(args)
-    rss, traced = growth(samples, args.warmup, "rss_bytes"), growth(
-        samples, args.warmup, "traced_bytes"
-    )
+    rss = growth(samples, args.warmup, "rss_bytes")
+    traced = growth(samples, args.warmup, "traced_bytes")
     print(
         f"\ngrowth after {args.warmup} requests: RSS {rss:+.1%}, traced heap {traced:+.1%} "
         f"(target: under 5%)"
