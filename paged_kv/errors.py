@@ -15,6 +15,12 @@ class InvalidArgument(PagedKVError, ValueError):
     """An argument has the wrong type or value (a size <= 0, an empty prompt, ...)."""
 
 
+class RequestForgotten(InvalidArgument):
+    """The request finished (or was aborted) and the engine has forgotten it: it keeps only the
+    last `keep_finished` of those. Read completions when they finish (`generate` returns its
+    own), or make the engine with a larger `keep_finished`."""
+
+
 class OutOfBlocks(PagedKVError):
     """Not enough free blocks for the request; nothing was allocated."""
 

@@ -2,7 +2,7 @@
 
 import math
 import random
-from functools import cache
+from functools import cache, partial
 from typing import Any, cast
 
 import numpy as np
@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from paged_kv import InvalidArgument, PagedKVError
 from paged_kv.cache.eviction import POLICIES
+from paged_kv.errors import RequestForgotten
 from paged_kv.serving.engine import Engine
-from paged_kv.serving.model import TinyLM, greedy_dense
+from paged_kv.serving.model import ModelConfig, TinyLM, greedy_dense
 from paged_kv.serving.scheduler import (
     MAX_SEED,
     MIN_TEMPERATURE,
@@ -222,6 +223,98 @@ def test_numpy_and_torch_integers_are_token_ids():
 def test_asking_for_an_unknown_request_says_so():
     with pytest.raises(InvalidArgument, match="no request 7"):
         Engine(model(), num_blocks=10).completion(7)
+
+
+@cache
+def tiny_model() -> TinyLM:
+    return TinyLM(ModelConfig(hidden_size=16, intermediate_size=32, num_layers=1), seed=0)
+
+
+def test_a_long_running_engine_keeps_what_it_holds_at_its_bounds():
+    """Hundreds of requests over a hundred tenants, through the radix index and a tier store:
+    the requests, the timeline, the connector's block sources and the index's namespaces all
+    stay at their bounds, while `stats()` counts every request."""
+    from paged_kv.cache.manager import KVCacheManager
+    from paged_kv.tiers import HostTier, TieredStore
+
+    engine = Engine(
+        tiny_model(),
+        num_blocks=32,
+        block_size=4,
+        max_running=4,
+        manager_factory=partial(KVCacheManager, prefix_index="radix"),
+        store=TieredStore([HostTier(1 << 20)], metrics=None),
+        keep_finished=5,
+        keep_steps=7,
+    )
+    assert engine.connector is not None
+    index = engine.manager.prefix_cache
+    rng = random.Random(0)
+    for i in range(300):
+        prompt = [rng.randrange(256) for _ in range(rng.randrange(5, 12))]
+        engine.add_request(prompt, SamplingParams(2), salt=f"tenant {i % 100}")
+        if i % 3 == 2:
+            engine.run()
+        unfinished = len(engine.scheduler.waiting) + len(engine.scheduler.running)
+        assert len(engine.requests) <= 5 + unfinished
+        assert len(engine.timeline) <= 7
+        assert len(engine.connector.block_sources) <= 5 + 4
+        assert len(index._roots) <= len(index)  # a namespace only while a block of it is
+    stats = engine.stats()
+    assert stats.requests == 300 and stats.generated_tokens == 600
+    assert [r.step for r in engine.timeline] == list(range(stats.steps - 7, stats.steps))
+    assert sorted(engine.requests) == list(range(295, 300))
+    assert engine.completion(299).token_ids
+    with pytest.raises(RequestForgotten, match=r"request 3 is done and forgotten.*keep_finished"):
+        engine.completion(3)
+    with pytest.raises(InvalidArgument, match="no request 300"):
+        engine.completion(300)
+
+
+def test_generate_returns_every_completion_however_few_are_kept():
+    prompts, expected = workload()
+    engine = Engine(model(), num_blocks=64, block_size=8, keep_finished=0, keep_steps=0)
+    assert [c.token_ids for c in engine.generate(prompts, NEW_TOKENS)] == expected
+    assert not engine.requests and not engine.timeline and engine.stats().steps
+    with pytest.raises(RequestForgotten):
+        engine.completion(0)
+
+
+def test_an_aborted_request_is_forgotten_like_a_finished_one():
+    engine = Engine(model(), num_blocks=10, keep_finished=1)
+    first, second = (engine.add_request("abc", SamplingParams(3)) for _ in range(2))
+    engine.abort(first)
+    assert engine.requests[first].status is RequestStatus.ABORTED
+    engine.abort(second)
+    assert list(engine.requests) == [second]
+    with pytest.raises(RequestForgotten):
+        engine.abort(first)
+
+
+def test_a_request_whose_release_failed_is_forgotten_once_finished():
+    class FailsOnce(Scheduler):
+        failed = False
+
+        def finish(self, request):
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise RuntimeError("injected: the release failed")
+            super().finish(request)
+
+    engine = Engine(model(), num_blocks=10, scheduler=FailsOnce, keep_finished=0)
+    rid = engine.add_request("abc", SamplingParams(1))
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.step()
+    assert engine.requests[rid].status is RequestStatus.RUNNING  # kept until it is finished
+    engine.add_request("de", SamplingParams(1))
+    engine.run()
+    assert not engine.requests and engine.manager.pool.num_in_use == 0
+
+
+@pytest.mark.parametrize("name", ["keep_finished", "keep_steps"])
+def test_the_bounds_must_be_whole_numbers(name):
+    with pytest.raises(InvalidArgument, match=name):
+        Engine(model(), num_blocks=10, **{name: -1})
 
 
 def test_a_completion_is_only_ready_when_finished():

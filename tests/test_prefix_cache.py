@@ -2,6 +2,7 @@
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_radix_cache import BLOCK, PROMPTS, _register
 
 from paged_kv.cache.prefix_cache import PrefixCache
@@ -44,3 +45,23 @@ def test_a_hash_level_cache_refuses_sequence_calls_and_a_taken_hash():
             call()
     assert cache.register(0, b"h") is True and cache.register(1, b"h") is False
     assert cache.longest_prefix([b"h"]) == [0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 15)), max_size=60))
+def test_the_hash_chain_holds_exactly_the_blocks_cached_whatever_the_salts(requests):
+    """Many tenants through a small pool: the hash chain keeps an entry per cached block, both
+    ways, and nothing per salt, so evicted tenants leave nothing behind."""
+    from paged_kv import BlockState
+    from paged_kv.cache.manager import KVCacheManager
+
+    manager = KVCacheManager(8, 2, prefix_index="hash")
+    index = manager.prefix_cache
+    assert isinstance(index, PrefixCache)
+    for i, (tenant, length) in enumerate(requests):
+        manager.add_sequence(i, list(range(length)), salt=f"tenant {tenant}")
+        manager.free_sequence(i)
+        cached = {b for b in range(8) if manager.pool.state(b) is BlockState.CACHED}
+        assert set(index._hash_of) == cached and len(index._block_of) == len(cached)
+    manager.reset_prefix_cache()
+    assert index._block_of == {} and index._hash_of == {}

@@ -4,7 +4,8 @@ Differential: random adds, forks and frees on two managers, one per index, must 
 block tables and hits at every step (LRU, FIFO and LFU, under eviction pressure). Stateful:
 with appends too (so duplicates and growing leaves happen), every cached block is reachable in
 the tree, every lock equals the pool's reference counts of its node's blocks, only unreferenced
-leaves are ever evicted, and a hit holds exactly the tokens (and salt) asked for.
+leaves are ever evicted, a hit holds exactly the tokens (and salt) asked for, and a salt has a
+root exactly while one of its blocks is indexed (memory stays flat over many tenants).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from paged_kv import BlockState, InvalidArgument, InvalidBlock, KVCacheManager, OutOfBlocks
 from paged_kv.cache.eviction import LRU, POLICIES
+from paged_kv.cache.hashing import namespace_key
 from paged_kv.cache.prefix_cache import PrefixCache
 from paged_kv.cache.radix_cache import LeafFirst, RadixCache, blocks_on_path
 from paged_kv.cache.sequence import TokenSequence
@@ -155,7 +157,7 @@ def test_an_unknown_prefix_index_name_is_refused():
 
 
 class RadixMachine(RuleBasedStateMachine):
-    """The radix manager under adds, appends, forks and frees, every policy, two salts."""
+    """The radix manager under adds, appends, forks and frees, every policy, three salts."""
 
     def __init__(self):
         super().__init__()
@@ -179,7 +181,7 @@ class RadixMachine(RuleBasedStateMachine):
         pool.on_evict = checked_forget
 
     @precondition(lambda self: self.manager is not None)
-    @rule(stem=st.integers(0, 2), length=st.integers(1, 22), salt=st.sampled_from(["a", "b"]))
+    @rule(stem=st.integers(0, 2), length=st.integers(1, 22), salt=st.sampled_from("abc"))
     def add(self, stem, length, salt):
         seq, tokens = self.next_id, prompt(stem, length)
         self.next_id += 1
@@ -265,6 +267,15 @@ class RadixMachine(RuleBasedStateMachine):
                 assert state is not BlockState.FREE
 
     @invariant()
+    def a_salt_has_a_root_exactly_while_one_of_its_blocks_is_indexed(self):
+        if self.manager is None:
+            return
+        index: RadixCache = self.manager.prefix_cache
+        salts = {self.holds[block][0] for block in index._node_of}
+        assert set(index._roots) == {namespace_key(salt) for salt in salts}
+        assert all(root.children for root in index._roots.values())
+
+    @invariant()
     def locks_equal_the_references_of_the_paths(self):
         if self.manager is None:
             return
@@ -313,6 +324,20 @@ def test_format_tree_draws_each_namespace_edge_blocks_and_locks():
             "└─ [5 6] (2 tokens) blocks [8] lock 1",
         ]
     )
+
+
+def test_hundreds_of_tenants_leave_roots_only_for_what_is_cached():
+    m = KVCacheManager(16, BS, prefix_index="radix")
+    tree = m.prefix_cache
+    assert isinstance(tree, RadixCache)
+    for i in range(300):  # a new salt each time; every prompt fills 2 blocks and starts a 3rd
+        m.add_sequence(i, prompt(i % 3, 2 * BS + 1), salt=f"tenant {i}")
+        m.free_sequence(i)
+        assert len(tree._roots) <= m.pool.num_blocks // 2  # evicted tenants leave nothing
+    cached = {tree._node_of[b] for b in tree._node_of}
+    assert len(tree._roots) == len(cached) > 0  # one edge (of 1 or 2 blocks) per tenant
+    m.reset_prefix_cache()
+    assert tree._roots == {} and tree.format_tree() == "(empty)"
 
 
 def test_leaf_first_with_nothing_evictable_raises_invalid_block():

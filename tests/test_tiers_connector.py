@@ -69,3 +69,31 @@ def test_the_connector_lets_go_of_staged_blocks_once_it_has_loaded_them():
     assert connector.block_sources["a"] == ["host"] * 3 + ["computed"]
     host.delete(store.key_space(fp).keys(hashes[:3]))
     assert connector.loadable_tokens(TokenSequence(list(range(7))), 0) == 0
+
+
+def test_block_sources_keep_the_last_keep_sources_requests_admitted():
+    """A long-running connector's per-request records stay bounded: hundreds of admissions
+    leave the newest `keep_sources`, and a readmitted request's record counts as newest."""
+    from types import SimpleNamespace
+
+    from paged_kv.cache.manager import KVCacheManager
+    from paged_kv.cache.sequence import TokenSequence
+    from paged_kv.tiers.connector import KVConnector
+
+    store = TieredStore([HostTier(1 << 20)], metrics=None)
+    manager = KVCacheManager(num_blocks=16, block_size=TOY_FP.block_size)
+    connector = KVConnector(store, manager, None, TOY_FP, keep_sources=3)
+
+    def admit(request_id, start):
+        request = SimpleNamespace(request_id=request_id, sequence=TokenSequence([1, 2, 3]))
+        chunk = SimpleNamespace(request=request, start=start, num_tokens=3 - start, admitted=True)
+        connector.load_admitted([chunk])
+
+    for i in range(300):
+        admit(i, 0)
+        assert len(connector.block_sources) == min(i + 1, 3)
+    admit(297, 2)  # readmitted after a preemption, with its first block a device hit
+    assert list(connector.block_sources) == [298, 299, 297]
+    assert connector.block_sources[297] == ["device", "computed"]
+    with pytest.raises(ValueError, match="keep_sources"):
+        KVConnector(store, manager, None, TOY_FP, keep_sources=0)

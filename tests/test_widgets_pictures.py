@@ -411,6 +411,22 @@ def test_engine_run_phases_follow_admission_preemption_and_finish():
     assert any("preempted" in row for row in phases.values())
 
 
+def test_record_engine_sees_requests_finish_that_the_engine_forgets_at_once():
+    from paged_kv.serving.engine import Engine
+    from paged_kv.serving.model import TinyLM
+    from paged_kv.serving.scheduler import SamplingParams
+    from paged_kv.widgets import record_engine
+
+    runs = []
+    for keep in (1000, 0):
+        engine = Engine(TinyLM(seed=0), num_blocks=8, block_size=4, keep_finished=keep)
+        for prompt in ("one", "two, longer", "x"):
+            engine.add_request(prompt, SamplingParams(3 + len(prompt) % 4))
+        runs.append(record_engine(engine))
+    assert runs[0] == runs[1]
+    assert sorted(r for s in runs[1].steps for r in s.finished) == [0, 1, 2]
+
+
 # -- plots ----------------------------------------------------------------------------------
 
 

@@ -19,6 +19,11 @@ children are and become evictable after them, so LRU, FIFO and LFU name a leaf a
 order blocks exactly as SGLang's leaf heap does); the guard matters for policies that order by
 other signals (S3-FIFO, ARC, W-TinyLFU's admission).
 
+Namespaces. Each (salt, extra keys) has its own root, made when its first block is indexed and
+dropped when its last indexed block is forgotten, so that an index that served many tenants
+holds nothing for those it no longer caches (a live path never points at a root: a sequence
+with no indexed block yet holds none).
+
 Duplicates. A sequence that computed a block whose content another block already holds keeps
 its copy private, as with the hash chain; the rest of that sequence is not indexed (its path
 stops there), so that a node's children are always held by whoever holds the node.
@@ -57,12 +62,27 @@ class RadixNode:
         return f"RadixNode({len(self.blocks)} blocks, lock {self.lock}, {children} children)"
 
 
+class RadixRoot(RadixNode):
+    """The root of one namespace's tree: no blocks, and what belongs to the namespace (its
+    key, the content key its chains start from, how `format_tree` names it)."""
+
+    __slots__ = ("content_key", "label", "namespace")
+
+    def __init__(self, namespace: bytes, label: str) -> None:
+        super().__init__(None, [], [])
+        self.namespace = namespace
+        self.label = label
+        digest = hashlib.sha256(b"paged_kv.radix.v1" + namespace).digest()
+        self.content_key = int.from_bytes(digest[:8], "little")
+
+
 @dataclass
 class RadixPath:
-    """A live sequence's place in the tree: the deepest node it locks, how many of its blocks
-    the path covers, and whether it stopped at a duplicate (nothing more is indexed)."""
+    """A live sequence's place in the tree: the deepest node it locks (None: none yet, it
+    starts at its namespace's root), how many of its blocks the path covers, and whether it
+    stopped at a duplicate (nothing more is indexed)."""
 
-    node: RadixNode
+    node: RadixNode | None
     blocks: int
     detached: bool = False
 
@@ -72,18 +92,17 @@ class RadixCache:
 
     Lookups cost O(prompt tokens) token comparisons and one dict lookup per node, no hashing;
     registering n blocks costs O(n) plus one node; locking and releasing a path cost O(nodes
-    on it). Namespaces: one tree per (salt, extra keys), so tenants never share.
+    on it). Namespaces: one tree per (salt, extra keys), so tenants never share; a
+    namespace's root lives while one of its blocks is indexed, no longer.
     """
 
     name = "radix"
 
     def __init__(self, block_size: int) -> None:
         self.block_size = require_positive_int("block_size", block_size)
-        self._roots: dict[bytes, RadixNode] = {}
+        self._roots: dict[bytes, RadixRoot] = {}  # namespaces with an indexed block
         self._node_of: dict[int, RadixNode] = {}  # indexed block -> its node
         self._key_of: dict[int, int] = {}  # indexed block -> its content key
-        self._root_key: dict[int, int] = {}  # id(root) -> the namespace's content key
-        self._labels: dict[bytes, str] = {}  # namespace -> how format_tree names it
 
     def __len__(self) -> int:
         """Number of blocks indexed."""
@@ -95,9 +114,10 @@ class RadixCache:
         """Blocks of the longest cached prefix of `seq`, whole blocks, at most `max_blocks`.
 
         Read-only: pricing a request changes nothing (no split, no lock)."""
-        node = self._roots.get(namespace_key(seq.salt, seq.extra_keys))
-        if node is None:
+        root = self._roots.get(namespace_key(seq.salt, seq.extra_keys))
+        if root is None:
             return []
+        node: RadixNode = root
         tokens, size = seq.token_ids, self.block_size
         found: list[int] = []
         i = 0
@@ -131,12 +151,12 @@ class RadixCache:
         if path.detached or path.blocks >= end:
             return [], path
         size, tokens = self.block_size, seq.token_ids
-        node, i = path.node, path.blocks
+        node, i = path.node or self._root(seq), path.blocks
         if node.children.get(tuple(tokens[i * size : (i + 1) * size])) is not None:
             path.detached = True  # a duplicate: this copy stays private, as with hashes
             return [], path
         blocks = list(table[i:end])
-        key = self._key_of[node.blocks[-1]] if node.parent is not None else self._root_key[id(node)]
+        key = node.content_key if isinstance(node, RadixRoot) else self._key_of[node.blocks[-1]]
         if node.parent is not None and node.lock == 1 and not node.children:
             node.tokens += tokens[i * size : end * size]  # the path's own leaf grows
             node.blocks += blocks
@@ -184,8 +204,11 @@ class RadixCache:
                 self._drop_subtree(child)
             node.children.clear()
             del blocks[at:], node.tokens[at * size :]
-        if not blocks and node.parent is not None:
-            del node.parent.children[edge_key]
+        parent = node.parent
+        if not blocks and parent is not None:
+            del parent.children[edge_key]
+            if isinstance(parent, RadixRoot) and not parent.children:
+                del self._roots[parent.namespace]  # the namespace's last block went
 
     def content_key(self, block_id: int) -> int | None:
         """What eviction policies remember a block's content by: a 64-bit key chained over
@@ -234,28 +257,29 @@ class RadixCache:
                 )
                 draw(child, indent + ("   " if last else "│  "))
 
-        for key, root in self._roots.items():
-            if root.children:
-                lines.append(f"root {self._labels[key]}")
-                draw(root, "")
+        for root in self._roots.values():
+            lines.append(f"root {root.label}")
+            draw(root, "")
         return "\n".join(lines) if lines else "(empty)"
 
     # -- internals -----------------------------------------------------------------------
 
-    def _root(self, seq: TokenSequence) -> RadixNode:
+    def _root(self, seq: TokenSequence) -> RadixRoot:
+        """`seq`'s namespace's root, made if it has none (the caller indexes a block in it)."""
         key = namespace_key(seq.salt, seq.extra_keys)
         root = self._roots.get(key)
         if root is None:
-            root = self._roots[key] = RadixNode(None, [], [])
             extra = f", extra keys {seq.extra_keys!r}" if seq.extra_keys else ""
-            self._labels[key] = f"(salt {seq.salt!r}{extra})"
-            digest = hashlib.sha256(b"paged_kv.radix.v1" + key).digest()
-            self._root_key[id(root)] = int.from_bytes(digest[:8], "little")
+            root = self._roots[key] = RadixRoot(key, f"(salt {seq.salt!r}{extra})")
         return root
 
     def _lock_hits(self, seq: TokenSequence, table: Sequence[int]) -> RadixPath:
         """Lock the nodes holding the leading blocks of `table` (the prefix hits)."""
-        node, i, size, tokens = self._root(seq), 0, self.block_size, seq.token_ids
+        root = self._roots.get(namespace_key(seq.salt, seq.extra_keys))
+        if root is None:
+            return RadixPath(None, 0)  # nothing of its namespace is indexed: no hits
+        node: RadixNode = root
+        i, size, tokens = 0, self.block_size, seq.token_ids
         while True:
             child = node.children.get(tuple(tokens[i * size : (i + 1) * size]))
             if child is None or i >= len(table) or child.blocks[0] != table[i]:
@@ -267,7 +291,7 @@ class RadixCache:
                 child = self._split(child, n)
             child.lock += 1
             node, i = child, i + n
-        return RadixPath(node, i)
+        return RadixPath(None if node is root else node, i)
 
     def _split(self, node: RadixNode, n: int) -> RadixNode:
         """Split `node` after its first `n` blocks; return the new upper node."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,7 +19,7 @@ from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.eviction import PolicySpec
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
-from paged_kv.errors import InvalidArgument, PagedKVError
+from paged_kv.errors import InvalidArgument, PagedKVError, RequestForgotten
 from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
 from paged_kv.serving.one_thread import one_thread_at_a_time
 from paged_kv.serving.scheduler import (
@@ -32,7 +33,7 @@ from paged_kv.serving.scheduler import (
     StepPlan,
 )
 from paged_kv.serving.tokenizer import ByteTokenizer
-from paged_kv.validation import as_int, require_token_ids
+from paged_kv.validation import as_int, require_int, require_token_ids
 
 if TYPE_CHECKING:
     from paged_kv.cache.hashing import Salt
@@ -61,10 +62,11 @@ class Completion:
     num_recomputed_tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One step, for plots: engine time when it began, the queues and blocks while it ran,
-    the tokens it computed and the tokens it generated (one per scheduled request)."""
+    the tokens it computed and the tokens it generated (one per scheduled request). Slotted:
+    an engine keeps the last `keep_steps` of them."""
 
     step: int
     time_s: float
@@ -151,6 +153,13 @@ class Engine:
     wherever it lands; the one exception: when releasing a finished request fails, the step's
     tokens stand and the next step releases it first.
 
+    Memory stays flat however long it runs: `requests` holds the waiting and running requests
+    and the last `keep_finished` (default 1000) finished or aborted ones, oldest forgotten
+    first; `completion` of a forgotten one raises `RequestForgotten` (`generate` returns all of
+    its own, however many). `timeline` keeps the last `keep_steps` (default 1000) steps, and
+    the tier connector (with `store=`) the block sources of the last `keep_finished +
+    max_running` requests admitted. `stats()` counts everything since the engine was made.
+
     One thread at a time: `add_request`, `generate`, `run`, `step` and `abort` called from a
     second thread while another is inside one of them raise `EngineBusy`, changing nothing.
     Use one engine per thread, or send requests to the thread that runs the engine.
@@ -172,7 +181,11 @@ class Engine:
         attention: DecodeAttention | None = None,
         manager_factory: Callable[..., KVCacheManager] = KVCacheManager,
         schedule: SchedulePolicy = "fcfs",
+        keep_finished: int = 1000,
+        keep_steps: int = 1000,
     ) -> None:
+        self.keep_finished = require_int("keep_finished", keep_finished)
+        self.keep_steps = require_int("keep_steps", keep_steps)
         self.model = model
         self.manager = manager_factory(
             num_blocks, block_size, eviction=eviction, prefix_caching=prefix_caching
@@ -184,7 +197,13 @@ class Engine:
             from paged_kv.tiers.connector import KVConnector, fingerprint_model
 
             fingerprint = fingerprint_model(model, block_size)
-            self.connector = KVConnector(store, self.manager, self.kv, fingerprint)
+            self.connector = KVConnector(
+                store,
+                self.manager,
+                self.kv,
+                fingerprint,
+                keep_sources=max(1, self.keep_finished + max_running),
+            )
         options: dict[str, Any] = {}  # only what differs, so that your Scheduler needs no more
         if self.connector is not None:
             options["loader"] = self.connector
@@ -195,8 +214,9 @@ class Engine:
         )
         byte_level = model.config.vocab_size == ByteTokenizer.vocab_size
         self.tokenizer = tokenizer or (ByteTokenizer() if byte_level else None)
-        self.requests: dict[int, Request] = {}
-        self.timeline: list[StepRecord] = []
+        self.requests: dict[int, Request] = {}  # live ones and the last keep_finished done
+        self.timeline: deque[StepRecord] = deque(maxlen=self.keep_steps)
+        self._done: OrderedDict[int, None] = OrderedDict()  # done or aborted, oldest first
         self._stats = EngineStats()
         self._next_id = 0
         self._one_thread = threading.RLock()  # held by the thread inside a call
@@ -284,8 +304,9 @@ class Engine:
             for request in requests:
                 if request.status in (RequestStatus.WAITING, RequestStatus.RUNNING):
                     self.scheduler.abort(request)
+                    self._retire(request)
             raise
-        return [self.completion(r.request_id) for r in requests]
+        return [self._completion(r) for r in requests]  # forgotten or not
 
     # -- stepping ------------------------------------------------------------------------
 
@@ -349,9 +370,12 @@ class Engine:
         self._record(plan, usage)
         for chunk, token in zip(plan.chunks, tokens, strict=True):
             chunk.request.record_sample(token)
-        for chunk in plan.chunks:  # a release that fails is made again by the next step
-            if chunk.request.is_done:
-                self.scheduler.finish(chunk.request)
+        done = [chunk.request for chunk in plan.chunks if chunk.request.is_done]
+        for request in done:
+            self._done[request.request_id] = None
+        for request in done:  # a release that fails is made again by the next step
+            self.scheduler.finish(request)
+        self._forget_done()
         self._stats.elapsed_s += time.perf_counter() - began
         return plan
 
@@ -363,10 +387,15 @@ class Engine:
         if request.status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
             raise InvalidArgument(f"request {request_id} is {request.status.value} already.")
         self.scheduler.abort(request)
+        self._retire(request)
 
     def completion(self, request_id: int) -> Completion:
-        """The result of a finished request."""
-        request = self._request(request_id)
+        """The result of a finished request; `RequestForgotten` once it is older than the
+        last `keep_finished` finished ones."""
+        return self._completion(self._request(request_id))
+
+    def _completion(self, request: Request) -> Completion:
+        request_id = request.request_id
         if request.status is RequestStatus.ABORTED:
             raise InvalidArgument(f"request {request_id} was aborted; it has no completion.")
         if request.status is not RequestStatus.FINISHED:
@@ -412,9 +441,30 @@ class Engine:
             request = self.requests.get(request_id)
         except TypeError:  # unhashable
             request = None
-        if request is None:
-            raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
-        return request
+        if request is not None:
+            return request
+        if isinstance(request_id, int) and 0 <= request_id < self._next_id:
+            raise RequestForgotten(
+                f"request {request_id} is done and forgotten: this engine keeps the last "
+                f"{self.keep_finished} finished or aborted requests (keep_finished=). Read a "
+                "completion when its request finishes, or keep more."
+            )
+        raise InvalidArgument(f"no request {request_id!r}; ids come from add_request.")
+
+    def _retire(self, request: Request) -> None:
+        """`request` was aborted: keep it among the last `keep_finished` done ones."""
+        self._done[request.request_id] = None
+        self._forget_done()
+
+    def _forget_done(self) -> None:
+        """Forget the oldest finished or aborted requests beyond the last `keep_finished` (one
+        whose release failed is forgotten after the next step finishes it)."""
+        while len(self._done) > self.keep_finished:
+            oldest = self.requests[next(iter(self._done))]
+            if oldest.status not in (RequestStatus.FINISHED, RequestStatus.ABORTED):
+                break  # its release failed; the next step finishes it
+            self._done.popitem(last=False)
+            del self.requests[oldest.request_id]
 
     def _new_request(
         self,

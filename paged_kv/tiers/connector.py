@@ -70,7 +70,10 @@ class KVConnector:
     """Moves full blocks between `kv` (the engine's KV storage) and `store`.
 
     `staging_blocks` bounds the verified blocks kept between pricing a request and
-    admitting it (a request that waits is not fetched again).
+    admitting it (a request that waits is not fetched again). `block_sources` (request id ->
+    where each of its blocks came from, for `BlockSourcesView`) keeps the last `keep_sources`
+    requests admitted, so a long-running engine's memory stays flat (`Engine` passes its
+    `keep_finished + max_running`).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class KVConnector:
         fingerprint: ModelFingerprint,
         *,
         staging_blocks: int = 256,
+        keep_sources: int = 1024,
     ) -> None:
         if not isinstance(store, TieredStore):
             raise InvalidArgument(
@@ -99,9 +103,10 @@ class KVConnector:
         self.space = store.key_space(fingerprint)
         self.block_size = manager.block_size
         self.staging_blocks = require_positive_int("staging_blocks", staging_blocks)
+        self.keep_sources = require_positive_int("keep_sources", keep_sources)
         self._staged: OrderedDict[bytes, LoadedBlock] = OrderedDict()
         self._pending: dict[int, tuple[int, list[LoadedBlock]]] = {}
-        self.block_sources: dict[Any, list[str]] = {}  # request id -> source of each block
+        self.block_sources: OrderedDict[Any, list[str]] = OrderedDict()  # request -> sources
 
     # -- the scheduler's question ----------------------------------------------------------
 
@@ -160,8 +165,9 @@ class KVConnector:
             if self.store.metrics is not None:
                 self.store.metrics.admitted(sources)
             computed_blocks = -(-(device + loaded + chunk.num_tokens) // bs) - start - len(run)
-            self.block_sources[request.request_id] = (
-                ["device"] * start + [b.tier for b in run] + ["computed"] * computed_blocks
+            self._note_sources(
+                request.request_id,
+                ["device"] * start + [b.tier for b in run] + ["computed"] * computed_blocks,
             )
         self._pending.clear()
 
@@ -205,6 +211,15 @@ class KVConnector:
         for layer in range(len(kv.k)):
             kv.k[layer].index_copy_(0, index, data[:, layer, 0])
             kv.v[layer].index_copy_(0, index, data[:, layer, 1])
+
+    def _note_sources(self, request_id: Any, sources: list[str]) -> None:
+        """Record where `request_id`'s blocks came from, forgetting the oldest record beyond
+        the last `keep_sources` (a readmitted request's record is its newest)."""
+        records = self.block_sources
+        records[request_id] = sources
+        records.move_to_end(request_id)
+        while len(records) > self.keep_sources:
+            records.popitem(last=False)
 
     def _stage(self, block: LoadedBlock) -> None:
         self._staged[block.block_hash] = block

@@ -70,13 +70,9 @@ def record_engine(engine: Engine) -> EngineRun:
     scheduler = engine.scheduler
     run = EngineRun(engine.manager.snapshot(), tuple(r.request_id for r in scheduler.waiting))
     while engine.has_unfinished():
-        before = {r.request_id for r in scheduler.running} | {
-            c.request_id for c in scheduler.waiting
-        }
+        before = [*scheduler.running, *scheduler.waiting]  # held: the engine may forget them
         plan = engine.step()
-        finished = tuple(
-            r for r in sorted(before) if engine.requests[r].status is RequestStatus.FINISHED
-        )
+        finished = tuple(sorted(r.request_id for r in before if r.status is RequestStatus.FINISHED))
         run.steps.append(
             EngineStep(
                 plan.step,
