@@ -97,7 +97,7 @@ def engine_runner(model: TinyLM, requests: list[Request], **engine_args) -> Call
             "peak_running": stats.peak_running,
             "prefill_computed": stats.prefill_tokens_computed,
             "prefill_saved": stats.prefill_tokens_saved,
-            "preemptions": len(stats.preemptions),
+            "preemptions": stats.num_preemptions,
         }
 
     return serve
@@ -187,7 +187,7 @@ def engine_generate_runner(
             "peak_running": stats.peak_running,
             "prefill_computed": stats.prefill_tokens_computed,
             "prefill_saved": stats.prefill_tokens_saved,
-            "preemptions": len(stats.preemptions),
+            "preemptions": stats.num_preemptions,
             "steps": stats.steps,
             **({"phases": timer.finish(seconds)} if timer is not None else {}),
         }

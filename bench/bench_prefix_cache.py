@@ -268,7 +268,7 @@ def serve(
         "prefill_tokens_computed": stats.prefill_tokens_computed,
         "prefill_tokens_saved": stats.prefill_tokens_saved,
         "prefix_hit_rate": round(stats.hit_rate, 4),
-        "preemptions": len(stats.preemptions),
+        "preemptions": stats.num_preemptions,
         "worst_wait_steps": max(w for w, _ in waits.values()),
         "mean_wait_steps": round(sum(w for w, _ in waits.values()) / len(waits), 2),
         "worst_wait_s": max(s for _, s in waits.values()),

@@ -34,6 +34,7 @@ from paged_kv.errors import (
     InvalidBlock,
     OutOfBlocks,
     PagedKVError,
+    RequestForgotten,
     UnknownSequence,
 )
 
@@ -84,6 +85,7 @@ __all__ = [
     "OutOfBlocks",
     "PagedKVError",
     "PoolSnapshot",
+    "RequestForgotten",
     "SamplingParams",
     "TinyLM",
     "UnknownSequence",

@@ -280,6 +280,18 @@ def test_generate_returns_every_completion_however_few_are_kept():
         engine.completion(0)
 
 
+def test_stats_count_every_preemption_and_list_those_of_the_last_steps():
+    engine = Engine(tiny_model(), num_blocks=6, block_size=4, max_running=8, keep_steps=3)
+    counted = 0
+    for _ in range(20):
+        engine.generate(["x" * 10] * 4, 8)
+        stats = engine.stats()
+        assert stats.num_preemptions >= counted and len(stats.preemptions) <= 3
+        counted = stats.num_preemptions
+    assert counted > 3, "the pool was tight enough to preempt, round after round"
+    assert stats.summary()["preemptions"] == counted
+
+
 def test_an_aborted_request_is_forgotten_like_a_finished_one():
     engine = Engine(model(), num_blocks=10, keep_finished=1)
     first, second = (engine.add_request("abc", SamplingParams(3)) for _ in range(2))

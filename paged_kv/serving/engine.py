@@ -96,7 +96,8 @@ class EngineStats:
     peak_running: int = 0
     peak_blocks_in_use: int = 0
     evictions: int = 0
-    preemptions: list[Preemption] = field(default_factory=list)
+    num_preemptions: int = 0
+    preemptions: list[Preemption] = field(default_factory=list)  # the last `keep_steps`
 
     @property
     def tokens_per_s(self) -> float:
@@ -118,7 +119,7 @@ class EngineStats:
             "prefill tokens computed": self.prefill_tokens_computed,
             "prefill tokens saved (prefix hits)": self.prefill_tokens_saved,
             "prefix hit rate": round(self.hit_rate, 3),
-            "preemptions": len(self.preemptions),
+            "preemptions": self.num_preemptions,
             "tokens recomputed after preemption": self.recomputed_tokens,
             "evictions": self.evictions,
             "peak running requests": self.peak_running,
@@ -158,7 +159,8 @@ class Engine:
     first; `completion` of a forgotten one raises `RequestForgotten` (`generate` returns all of
     its own, however many). `timeline` keeps the last `keep_steps` (default 1000) steps, and
     the tier connector (with `store=`) the block sources of the last `keep_finished +
-    max_running` requests admitted. `stats()` counts everything since the engine was made.
+    max_running` requests admitted. `stats()` counts everything since the engine was made,
+    and lists the preemptions of the last `keep_steps` steps (`num_preemptions` counts all).
 
     One thread at a time: `add_request`, `generate`, `run`, `step` and `abort` called from a
     second thread while another is inside one of them raise `EngineBusy`, changing nothing.
@@ -216,6 +218,7 @@ class Engine:
         self.tokenizer = tokenizer or (ByteTokenizer() if byte_level else None)
         self.requests: dict[int, Request] = {}  # live ones and the last keep_finished done
         self.timeline: deque[StepRecord] = deque(maxlen=self.keep_steps)
+        self._preemptions: deque[Preemption] = deque(maxlen=self.keep_steps)
         self._done: OrderedDict[int, None] = OrderedDict()  # done or aborted, oldest first
         self._stats = EngineStats()
         self._next_id = 0
@@ -364,7 +367,7 @@ class Engine:
             tokens = self._sample_batch(plan, logits)
             usage = self.manager.stats()  # asks the policy: before anything is recorded
         except BaseException:
-            self._stats.preemptions.extend(plan.preempted)  # those stand
+            self._count_preemptions(plan)  # those stand
             self.scheduler.abandon(plan)
             raise
         self._record(plan, usage)
@@ -431,7 +434,7 @@ class Engine:
         return replace(
             self._stats,
             evictions=self.manager.stats().evictions,
-            preemptions=list(self._stats.preemptions),
+            preemptions=list(self._preemptions),
         )
 
     # -- internals -----------------------------------------------------------------------
@@ -545,11 +548,15 @@ class Engine:
         probs = torch.softmax((row - row.max()) / request.params.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=request.generator))
 
+    def _count_preemptions(self, plan: StepPlan) -> None:
+        self._stats.num_preemptions += len(plan.preempted)
+        self._preemptions.extend(plan.preempted)
+
     def _record(self, plan: StepPlan, usage: UsageStats) -> None:
         """Count what `plan` computed and note the queues and blocks while it ran."""
         s = self._stats
         s.steps += 1
-        s.preemptions.extend(plan.preempted)
+        self._count_preemptions(plan)
         prefill = decode = 0
         for chunk in plan.chunks:
             if chunk.admitted:

@@ -263,7 +263,7 @@ def check_serves_like_dense(scheduler_cls: type[Scheduler]) -> None:
     diagnose = functools.partial(_method_at_fault, scheduler_cls)
     with one_thread():
         engine = _served({}, scheduler_cls, diagnose, _DENSE)
-    passed(f"served like dense decoding, through {len(engine.stats().preemptions)} preemptions")
+    passed(f"served like dense decoding, through {engine.stats().num_preemptions} preemptions")
 
 
 # -- the capstone: the engine on every part ------------------------------------------------------
@@ -392,7 +392,7 @@ def check_capstone(scheduler_cls: type[Scheduler], parts: dict[str, Any] | None 
     print(
         f"{stats.requests} requests, {stats.generated_tokens} tokens, all equal to cache-free "
         f"greedy decoding; {stats.prefill_tokens_saved} prompt tokens were prefix hits, "
-        f"{stats.evictions} blocks evicted, {len(stats.preemptions)} preemptions."
+        f"{stats.evictions} blocks evicted, {stats.num_preemptions} preemptions."
     )
     passed("the engine on your parts generates the dense tokens")
 
