@@ -31,7 +31,7 @@ from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.snapshot import BlockState
 from paged_kv.course.learner_manager import learner_manager
 from paged_kv.errors import EngineBusy, InvalidArgument, InvalidModelOutput, PagedKVError
-from paged_kv.serving.engine import Engine
+from paged_kv.serving.engine import Engine, StepRecord
 from paged_kv.serving.model import TinyLM, greedy_dense
 from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams, Scheduler, StepPlan
 from paged_kv.tiers.host import HostTier
@@ -660,7 +660,8 @@ def test_bad_logits_are_refused_before_anything_is_recorded_and_the_next_step_se
 
     handle = model.register_forward_hook(forward_hook)
     engine, ids = _two_requests(model)
-    engine.step(), engine.step()
+    engine.step()
+    engine.step()
     outputs, stats = [engine.requests[r].output for r in ids], engine.stats()
     with pytest.raises(InvalidModelOutput, match=r"expected (shape|a tensor of logits of shape) "):
         engine.step()
@@ -727,11 +728,13 @@ def test_a_prompt_that_is_not_valid_text_is_an_invalid_argument() -> None:
     assert not engine.requests and not engine.has_unfinished()
 
 
-class _InterruptedOnce(list):
+class _InterruptedOnce(deque[StepRecord]):
     """A timeline whose next append is interrupted (a Ctrl-C in the engine's bookkeeping)."""
 
-    def append(self, item: Any) -> None:
-        if not getattr(self, "fired", False):
+    fired = False
+
+    def append(self, item: StepRecord) -> None:
+        if not self.fired:
             self.fired = True
             raise InjectedInterrupt("in the timeline")
         super().append(item)

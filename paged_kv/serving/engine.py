@@ -168,8 +168,14 @@ class Engine:
     max_running` requests admitted. `stats()` counts everything since the engine was made,
     and lists the preemptions of the last `keep_steps` steps (`num_preemptions` counts all).
 
+    A model output the engine cannot use (logits not shaped [scheduled requests, vocab_size]
+    or not floating, a sampled id outside the vocabulary) is `InvalidModelOutput`, a failed
+    step like any other.
+
     One thread at a time: `add_request`, `generate`, `run`, `step` and `abort` called from a
-    second thread while another is inside one of them raise `EngineBusy`, changing nothing.
+    second thread while another is inside one of them raise `EngineBusy`, changing nothing;
+    so do `step`, `run`, `generate` and `abort` of a running request called back from inside
+    a step (by the model, attention or a policy); `add_request` works there.
     Use one engine per thread, or send requests to the thread that runs the engine.
     """
 
@@ -243,9 +249,10 @@ class Engine:
     ) -> int:
         """Queue a request; return its id. A request that could never be served is refused
         here with `InvalidArgument`, before it touches any queue: a prompt that is not a str
-        or a sequence of token ids in the vocabulary, `params` not `SamplingParams`, a salt
-        that is not None, bytes or UTF-8 text. `salt` (e.g. the tenant) keeps its prefix
-        blocks from being shared with requests of another salt."""
+        (valid text: no lone surrogates) or a sequence of token ids in the vocabulary,
+        `params` not `SamplingParams`, a salt that is not None, bytes or UTF-8 text. `salt`
+        (e.g. the tenant) keeps its prefix blocks from being shared with requests of another
+        salt."""
         if params is None:
             params = SamplingParams()
         elif not isinstance(params, SamplingParams):
