@@ -48,6 +48,12 @@ class EngineBusy(PagedKVError):
     that runs it (a queue). Raised before anything changed."""
 
 
+class InvalidModelOutput(PagedKVError, ValueError):
+    """The model (or a sampler) returned what the engine cannot use: logits of the wrong shape
+    or dtype, or a token id outside the vocabulary. Raised before anything was recorded; the
+    step's requests wait to be retried, so fix the model and step again."""
+
+
 class InvalidBlock(PagedKVError, ValueError):
     """A block id is foreign to the pool, or the block is already free (double free)."""
 

@@ -30,8 +30,8 @@ from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.snapshot import BlockState
 from paged_kv.course.learner_manager import learner_manager
-from paged_kv.errors import EngineBusy, InvalidArgument, PagedKVError
-from paged_kv.serving.engine import Engine
+from paged_kv.errors import EngineBusy, InvalidArgument, InvalidModelOutput, PagedKVError
+from paged_kv.serving.engine import Engine, StepRecord
 from paged_kv.serving.model import TinyLM, greedy_dense
 from paged_kv.serving.scheduler import Request, RequestStatus, SamplingParams, Scheduler, StepPlan
 from paged_kv.tiers.host import HostTier
@@ -609,3 +609,167 @@ def test_a_second_thread_is_refused_while_one_is_inside_a_step() -> None:
     assert not errors and not worker.is_alive()
     engine.run()  # the lock was handed back: this thread may use the engine now
     assert engine.completion(first).token_ids == greedy_dense(model, [1, 2, 3, 4, 5], 3)
+
+
+# -- what the model returns is checked; nested calls; interrupts in the engine's bookkeeping --
+
+TWO_PROMPTS = ([1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 10, 11])
+
+
+def _two_requests(model: TinyLM) -> tuple[Engine, list[int]]:
+    engine = Engine(model, num_blocks=32, block_size=BLOCK)
+    return engine, [engine.add_request(p, SamplingParams(6)) for p in TWO_PROMPTS]
+
+
+def _serves_dense_tokens(engine: Engine, ids: list[int], model: TinyLM) -> None:
+    engine.run()
+    check_bookkeeping(engine, num_blocks=32)
+    for rid, prompt in zip(ids, TWO_PROMPTS, strict=True):
+        assert engine.completion(rid).token_ids == greedy_dense(model, prompt, 6)
+
+
+def _out_of_vocabulary(logits: torch.Tensor) -> torch.Tensor:
+    wide = torch.full((logits.shape[0], 300), -1e9)
+    wide[:, :256], wide[:, 280] = logits, 1e9  # argmax: a token id the vocabulary lacks
+    return wide
+
+
+BAD_LOGITS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "too few rows": lambda x: x[:1],
+    "too many rows": lambda x: torch.cat([x, x]),
+    "one dimension": lambda x: x[0],
+    "three dimensions": lambda x: x[None],
+    "wider than the vocabulary": _out_of_vocabulary,
+    "narrower than the vocabulary": lambda x: x[:, :100],
+    "integer dtype": lambda x: x.long(),
+    "not a tensor": lambda x: x.tolist(),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_LOGITS))
+def test_bad_logits_are_refused_before_anything_is_recorded_and_the_next_step_serves(
+    bad: str,
+) -> None:
+    """One step's model output is wrong: a typed error naming the expected shape, the step
+    rolled back (tokens, queues, blocks), and the next run serves dense decoding's tokens."""
+    model, calls = TinyLM(seed=0), [0]
+
+    def forward_hook(_module: Any, _args: Any, logits: torch.Tensor) -> Any:
+        calls[0] += 1
+        return BAD_LOGITS[bad](logits) if calls[0] == 3 else None
+
+    handle = model.register_forward_hook(forward_hook)
+    engine, ids = _two_requests(model)
+    engine.step()
+    engine.step()
+    outputs, stats = [engine.requests[r].output for r in ids], engine.stats()
+    with pytest.raises(InvalidModelOutput, match=r"expected (shape|a tensor of logits of shape) "):
+        engine.step()
+    assert [engine.requests[r].output for r in ids] == outputs
+    assert engine.stats() == stats and len(engine.timeline) == 2
+    assert [r.request_id for r in engine.scheduler.waiting] == ids  # back to waiting, in order
+    check_bookkeeping(engine, num_blocks=32)
+    handle.remove()
+    _serves_dense_tokens(engine, ids, model)
+
+
+@pytest.mark.parametrize("token", [256, -1, 3.0, True])
+def test_a_sampled_id_outside_the_vocabulary_is_refused_and_rolled_back(token: object) -> None:
+    model = TinyLM(seed=0)
+    engine = Engine(model, num_blocks=32, block_size=BLOCK)
+    rid = engine.add_request([1, 2, 3], SamplingParams(4, temperature=1.0, seed=3))
+    engine._sample = lambda logits, request: token  # type: ignore[method-assign]
+    with pytest.raises(InvalidModelOutput, match=r"token ids are ints in 0\.\.255"):
+        engine.step()
+    assert engine.requests[rid].output == [] and engine.stats().steps == 0
+    check_bookkeeping(engine, num_blocks=32)
+
+
+def test_a_step_called_back_from_inside_a_step_is_refused_before_anything_changes() -> None:
+    """The model calls back into its engine: step, run and generate raise `EngineBusy` and
+    change nothing; add_request queues; abort refuses a request the step is computing and
+    drops a waiting one. The step itself then finishes as if nothing had been called."""
+    model, engine_of = TinyLM(seed=0), []
+    seen: list[tuple[str, str]] = []
+
+    def forward_hook(*_: Any) -> None:
+        engine = engine_of[0]
+        before = (engine.manager.snapshot(), engine.stats(), len(engine.requests))
+        for name, call in [
+            ("step", engine.step),
+            ("run", engine.run),
+            ("generate", lambda: engine.generate([[1, 2]], max_new_tokens=1)),
+            ("abort", lambda: engine.abort(ids[0])),
+        ]:
+            with pytest.raises(EngineBusy, match="inside a step") as error:
+                call()
+            seen.append((name, str(error.value)))
+        assert (engine.manager.snapshot(), engine.stats(), len(engine.requests)) == before
+        late.append(engine.add_request([7, 8, 9], SamplingParams(2)))
+        engine.abort(late.pop())  # still waiting: dropped
+        handle.remove()
+
+    late: list[int] = []
+    handle = model.register_forward_pre_hook(forward_hook)
+    engine, ids = _two_requests(model)
+    engine_of.append(engine)
+    _serves_dense_tokens(engine, ids, model)
+    assert [name for name, _ in seen] == ["step", "run", "generate", "abort"]
+    assert engine.requests[2].status is RequestStatus.ABORTED
+
+
+def test_a_prompt_that_is_not_valid_text_is_an_invalid_argument() -> None:
+    engine = Engine(TinyLM(seed=0), num_blocks=8, block_size=BLOCK)
+    for prompt in ("a\udc80", "\ud800"):
+        with pytest.raises(InvalidArgument, match="surrogate"):
+            engine.add_request(prompt)
+        with pytest.raises(InvalidArgument, match="surrogate"):
+            engine.generate([prompt])
+    assert not engine.requests and not engine.has_unfinished()
+
+
+class _InterruptedOnce(deque[StepRecord]):
+    """A timeline whose next append is interrupted (a Ctrl-C in the engine's bookkeeping)."""
+
+    fired = False
+
+    def append(self, item: StepRecord) -> None:
+        if not self.fired:
+            self.fired = True
+            raise InjectedInterrupt("in the timeline")
+        super().append(item)
+
+
+def test_an_interrupt_in_the_engines_bookkeeping_loses_no_token() -> None:
+    model = TinyLM(seed=0)
+    engine, ids = _two_requests(model)
+    engine.step()
+    engine.timeline = _InterruptedOnce(engine.timeline)
+    with pytest.raises(InjectedInterrupt):
+        engine.step()
+    check_bookkeeping(engine, num_blocks=32)  # the step's tokens were recorded first
+    _serves_dense_tokens(engine, ids, model)
+
+
+def test_an_interrupt_while_recording_a_steps_tokens_heals_at_the_next_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cut short after its forward pass, between two requests' tokens: the next step sends
+    the request left without a token back to waiting, and its readmission computes it."""
+    model, record_sample = TinyLM(seed=0), Request.record_sample
+    calls = [0]
+
+    def interrupted(request: Request, token: int) -> None:
+        calls[0] += 1
+        if calls[0] == 4:  # the second request of the second step
+            raise InjectedInterrupt("between two requests' tokens")
+        record_sample(request, token)
+
+    monkeypatch.setattr(Request, "record_sample", interrupted)
+    engine, ids = _two_requests(model)
+    engine.step()
+    with pytest.raises(InjectedInterrupt):
+        engine.step()
+    plan = engine.step()
+    assert [(c.request.request_id, c.admitted) for c in plan.chunks] == [(0, False), (1, True)]
+    _serves_dense_tokens(engine, ids, model)

@@ -19,9 +19,15 @@ from paged_kv.cache.block_table import blocks_needed
 from paged_kv.cache.eviction import PolicySpec
 from paged_kv.cache.manager import KVCacheManager
 from paged_kv.cache.sequence import TokenSequence
-from paged_kv.errors import InvalidArgument, PagedKVError, RequestForgotten
+from paged_kv.errors import (
+    EngineBusy,
+    InvalidArgument,
+    InvalidModelOutput,
+    PagedKVError,
+    RequestForgotten,
+)
 from paged_kv.serving.model import DecodeAttention, ForwardBatch, SeqChunk, TinyLM
-from paged_kv.serving.one_thread import one_thread_at_a_time
+from paged_kv.serving.one_thread import a_step, not_inside_a_step, one_thread_at_a_time
 from paged_kv.serving.scheduler import (
     MAX_SEED,
     Preemption,
@@ -162,8 +168,14 @@ class Engine:
     max_running` requests admitted. `stats()` counts everything since the engine was made,
     and lists the preemptions of the last `keep_steps` steps (`num_preemptions` counts all).
 
+    A model output the engine cannot use (logits not shaped [scheduled requests, vocab_size]
+    or not floating, a sampled id outside the vocabulary) is `InvalidModelOutput`, a failed
+    step like any other.
+
     One thread at a time: `add_request`, `generate`, `run`, `step` and `abort` called from a
-    second thread while another is inside one of them raise `EngineBusy`, changing nothing.
+    second thread while another is inside one of them raise `EngineBusy`, changing nothing;
+    so do `step`, `run`, `generate` and `abort` of a running request called back from inside
+    a step (by the model, attention or a policy); `add_request` works there.
     Use one engine per thread, or send requests to the thread that runs the engine.
     """
 
@@ -223,6 +235,7 @@ class Engine:
         self._stats = EngineStats()
         self._next_id = 0
         self._one_thread = threading.RLock()  # held by the thread inside a call
+        self._inside_step = False  # set by `a_step`: run, step and generate refuse to nest
 
     # -- requests in ---------------------------------------------------------------------
 
@@ -236,9 +249,10 @@ class Engine:
     ) -> int:
         """Queue a request; return its id. A request that could never be served is refused
         here with `InvalidArgument`, before it touches any queue: a prompt that is not a str
-        or a sequence of token ids in the vocabulary, `params` not `SamplingParams`, a salt
-        that is not None, bytes or UTF-8 text. `salt` (e.g. the tenant) keeps its prefix
-        blocks from being shared with requests of another salt."""
+        (valid text: no lone surrogates) or a sequence of token ids in the vocabulary,
+        `params` not `SamplingParams`, a salt that is not None, bytes or UTF-8 text. `salt`
+        (e.g. the tenant) keeps its prefix blocks from being shared with requests of another
+        salt."""
         if params is None:
             params = SamplingParams()
         elif not isinstance(params, SamplingParams):
@@ -251,6 +265,7 @@ class Engine:
         return request.request_id
 
     @one_thread_at_a_time
+    @not_inside_a_step
     def generate(
         self,
         prompts: Sequence[str | Sequence[int]],
@@ -317,6 +332,7 @@ class Engine:
         return bool(self.scheduler.waiting or self.scheduler.running)
 
     @one_thread_at_a_time
+    @not_inside_a_step
     def run(self, progress: bool = False) -> None:
         """Step until every request has finished; `progress` shows a bar of generated tokens."""
         bar = None
@@ -335,6 +351,7 @@ class Engine:
             bar.close()
 
     @one_thread_at_a_time
+    @a_step
     def step(self) -> StepPlan:
         """Schedule, compute one batch, sample one token per scheduled request; return the plan.
 
@@ -364,15 +381,17 @@ class Engine:
                 logits = self.model(batch, self.kv, decode=self.attention)
             if self.connector is not None:
                 self.connector.save_computed(plan.chunks)  # blocks that became full this step
+            self._check_logits(plan, logits)
             tokens = self._sample_batch(plan, logits)
+            self._check_tokens(tokens)
             usage = self.manager.stats()  # asks the policy: before anything is recorded
         except BaseException:
-            self._count_preemptions(plan)  # those stand
             self.scheduler.abandon(plan)
+            self._count_preemptions(plan)  # those stand
             raise
-        self._record(plan, usage)
-        for chunk, token in zip(plan.chunks, tokens, strict=True):
+        for chunk, token in zip(plan.chunks, tokens, strict=True):  # checked: same length
             chunk.request.record_sample(token)
+        self._record(plan, usage)  # after the tokens, so that an interrupt here loses none
         done = [chunk.request for chunk in plan.chunks if chunk.request.is_done]
         for request in done:
             self._done[request.request_id] = None
@@ -389,6 +408,11 @@ class Engine:
         request = self._request(request_id)
         if request.status in (RequestStatus.FINISHED, RequestStatus.ABORTED):
             raise InvalidArgument(f"request {request_id} is {request.status.value} already.")
+        if self._inside_step and request.status is RequestStatus.RUNNING:
+            raise EngineBusy(
+                f"abort({request_id}) was called from inside a step that is computing it; "
+                "abort it after the step returns."
+            )
         self.scheduler.abort(request)
         self._retire(request)
 
@@ -481,6 +505,14 @@ class Engine:
                 raise InvalidArgument(
                     "this engine has no tokenizer: pass token ids, or tokenizer=."
                 )
+            if not prompt.isascii():
+                try:
+                    prompt.encode("utf-8")
+                except UnicodeEncodeError as error:
+                    raise InvalidArgument(
+                        f"the prompt is not valid text: {error.reason} at position "
+                        f"{error.start}; remove or replace the lone surrogate."
+                    ) from None
             tokens: Iterable[int] = self.tokenizer.encode(prompt)
         elif isinstance(prompt, Iterable):  # a list, tuple, array or tensor of token ids
             tokens = prompt
@@ -522,6 +554,31 @@ class Engine:
                 )
             )
         return ForwardBatch.build(chunks, self.model.device)
+
+    def _check_logits(self, plan: StepPlan, logits: object) -> None:
+        """`InvalidModelOutput` unless `logits` is a floating tensor of one row of vocabulary
+        scores per scheduled request."""
+        expected = (len(plan.chunks), self.model.config.vocab_size)
+        if not isinstance(logits, torch.Tensor):
+            raise InvalidModelOutput(
+                f"the model returned {type(logits).__name__}; expected a tensor of logits of "
+                f"shape {expected} (one row per scheduled request, one column per token id)."
+            )
+        if tuple(logits.shape) != expected or not logits.is_floating_point():
+            raise InvalidModelOutput(
+                f"the model returned logits of shape {tuple(logits.shape)} and dtype "
+                f"{logits.dtype}; expected shape {expected} (one row per scheduled request, "
+                "one column per token id) and a floating dtype."
+            )
+
+    def _check_tokens(self, tokens: list[int]) -> None:
+        """`InvalidModelOutput` unless every sampled token is an int in the vocabulary."""
+        vocab = self.model.config.vocab_size
+        for token in tokens:
+            if type(token) is not int or not 0 <= token < vocab:
+                raise InvalidModelOutput(
+                    f"sampling returned token {token!r}; token ids are ints in 0..{vocab - 1}."
+                )
 
     def _sample_batch(self, plan: StepPlan, logits: torch.Tensor) -> list[int]:
         """One token per chunk: the batch's argmax for greedy requests, a draw for the others.

@@ -7,6 +7,12 @@ makes each public call that changes the engine hold the engine's lock; a call fr
 thread while it is held raises `EngineBusy` before it changes anything. The lock is re-entrant
 (`generate` calls `run`, which calls `step`) and never waited on, so a single-threaded caller
 pays one uncontended acquire and release per call.
+
+Re-entrance from the thread inside a step (a model, attention or policy calling back) is
+refused too: `a_step` marks the engine as inside a step, and `not_inside_a_step` makes `run`,
+`step` and `generate` raise `EngineBusy` there before they change anything, since a step
+started inside another would plan over the first one's half-built batch. `add_request` (it only
+queues) and `abort` of a request the step is not computing stay allowed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ class HoldsALock(Protocol):
 S = TypeVar("S", bound=HoldsALock)
 
 
+class Steps(Protocol):
+    _inside_step: bool
+
+
+T = TypeVar("T", bound=Steps)
+
+
 def one_thread_at_a_time(
     method: Callable[Concatenate[S, P], R],
 ) -> Callable[Concatenate[S, P], R]:
@@ -48,5 +61,42 @@ def one_thread_at_a_time(
             return method(self, *args, **kwargs)
         finally:
             lock.release()
+
+    return guarded
+
+
+def refuse_inside_a_step(engine: Steps, call: str) -> None:
+    """`EngineBusy` if `engine` is inside a step (`call` is called back from its parts)."""
+    if engine._inside_step:
+        raise EngineBusy(
+            f"{type(engine).__name__}.{call} was called from inside a step (by the model, "
+            "attention, a policy or a scheduler the step is running); a step cannot start "
+            "another. Call it after the step returns (add_request works inside a step)."
+        )
+
+
+def not_inside_a_step(method: Callable[Concatenate[T, P], R]) -> Callable[Concatenate[T, P], R]:
+    """`method` raises `EngineBusy` when called from inside a step, before it runs."""
+
+    @functools.wraps(method)
+    def guarded(self: T, *args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_inside_a_step(self, method.__name__)
+        return method(self, *args, **kwargs)
+
+    return guarded
+
+
+def a_step(method: Callable[Concatenate[T, P], R]) -> Callable[Concatenate[T, P], R]:
+    """`method` is a step: refused inside another, and marks `self` as inside one while it
+    runs."""
+
+    @functools.wraps(method)
+    def guarded(self: T, *args: P.args, **kwargs: P.kwargs) -> R:
+        refuse_inside_a_step(self, method.__name__)
+        self._inside_step = True
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._inside_step = False
 
     return guarded

@@ -290,9 +290,17 @@ class Scheduler:
         """Plan the next step: decode every running request, then admit waiting ones.
 
         A running request that is done already (its release failed in the last step) is
-        finished first."""
+        finished first. One with no token to append (an interrupt cut the last step short
+        after its forward pass, before its token was recorded) goes back to the front of
+        `waiting`, to be readmitted and compute that token again."""
         for request in [r for r in self.running if r.is_done]:
             self.finish(request)
+        unsampled = [r for r in self.running if r.pending_token is None]
+        for request in unsampled:
+            self.manager.free_sequence(request.request_id)
+            self.running.remove(request)
+            request.status = RequestStatus.WAITING
+        self.waiting.extendleft(reversed(unsampled))
         plan = StepPlan(self.step, self.max_batch_tokens)
         self.step += 1
         try:
