@@ -280,6 +280,12 @@ def test_generate_returns_every_completion_however_few_are_kept():
         engine.completion(0)
 
 
+@pytest.mark.parametrize("model", [None, torch.nn.Linear(3, 3), "tiny"])
+def test_a_model_the_engine_cannot_serve_is_refused_naming_what_it_serves(model):
+    with pytest.raises(InvalidArgument, match="Engine serves a paged_kv TinyLM"):
+        Engine(model, num_blocks=8)
+
+
 def test_stats_count_every_preemption_and_list_those_of_the_last_steps():
     engine = Engine(tiny_model(), num_blocks=6, block_size=4, max_running=8, keep_steps=3)
     counted = 0

@@ -198,6 +198,16 @@ class Engine:
         keep_finished: int = 1000,
         keep_steps: int = 1000,
     ) -> None:
+        if not isinstance(model, TinyLM):
+            hint = (
+                " A Hugging Face model is served through `paged_kv.serving.from_hf(hf_model)`."
+                if type(model).__module__.startswith("transformers")
+                else ""
+            )
+            raise InvalidArgument(
+                f"Engine serves a paged_kv TinyLM (load_tiny_lm(), TinyLM(config) or "
+                f"from_hf(hf_model)), got {type(model).__name__}.{hint}"
+            )
         self.keep_finished = require_int("keep_finished", keep_finished)
         self.keep_steps = require_int("keep_steps", keep_steps)
         self.model = model
