@@ -165,6 +165,24 @@ def test_a_notebook_that_cannot_be_graded_is_reported_and_the_next_is_graded(
     assert "6 notebook(s) not graded" in summary.read_text()
 
 
+CHECK = "from paged_kv import BlockPool\nfrom paged_kv.course import checks\n\n"
+CHECK += "checks.check_allocate(BlockPool)"  # a check of the course that passes
+
+
+@pytest.mark.parametrize("cells", [[], ["x = 1"]], ids=["empty", "checks deleted"])
+def test_a_notebook_without_checks_is_reported_and_fails_the_run(tmp_path, capsys, cells):
+    """An emptied notebook, or one whose check cells were deleted, grades nothing: it must not
+    turn a CI job green."""
+    passing = _notebook(tmp_path / "1_passing.ipynb", CHECK, checks=[0])
+    bare = _notebook(tmp_path / "2_bare.ipynb", *cells)
+    assert grade.main([str(passing), str(bare)]) == 1
+    report = capsys.readouterr().out
+    assert f"{bare}  (" in report and "❌ no checks: no cell is tagged `check`" in report
+    assert report.count("❌ no checks") == 1  # the notebook with its check is graded as usual
+    assert "Total: 1 passed, 0 not done, 0 not checked, 0 failed" in report
+    assert report.rstrip().endswith(", 1 notebook(s) without checks")
+
+
 def test_the_command_explains_itself_and_refuses_what_is_not_there(tmp_path, capsys, monkeypatch):
     from paged_kv.course.__main__ import main
 
@@ -184,10 +202,9 @@ def test_the_grader_keeps_the_learners_parts_beside_their_notebooks(tmp_path, mo
     loading = "from paged_kv.course import parts\n\nfound = parts.load('block_hasher')\n"
     loading += "assert found([], 4) == 'mine'"  # (an error: the run would not be ok)
     (tmp_path / "exercises").mkdir()
-    _notebook(
-        tmp_path / "exercises" / "01_save_exercises.ipynb", saving, "parts.save(block_hasher=mine)"
-    )
-    _notebook(tmp_path / "exercises" / "02_load_exercises.ipynb", loading)
+    saved = [saving, "parts.save(block_hasher=mine)", CHECK]
+    _notebook(tmp_path / "exercises" / "01_save_exercises.ipynb", *saved, checks=[2])
+    _notebook(tmp_path / "exercises" / "02_load_exercises.ipynb", loading, CHECK, checks=[1])
     monkeypatch.delenv("PAGED_KV_PARTS")
     monkeypatch.chdir(tmp_path)
     assert grade.main([]) == 0

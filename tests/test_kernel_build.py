@@ -124,3 +124,40 @@ def test_a_build_in_this_process_leaves_its_folder_where_it_was(tmp_path, monkey
     library = cpu_decode.build()
     assert cpu_decode.build_dir() == before
     assert cpu_decode.built_library() == library == before / "paged_kv_cpu_decode.so"
+
+
+def test_a_damaged_library_is_built_again_never_loaded(tmp_path, monkeypatch):
+    """A library truncated (or changed) since its build would end the process with SIGBUS when
+    it is mapped: `built.txt` records its size and SHA-256, a library that no longer has them
+    (or a record from before, with its name only) is not used, and the next build removes it
+    first, since ninja, seeing it newer than its objects, would not link it again."""
+    import torch.utils.cpp_extension as extension
+
+    from paged_kv.attention import cpu_decode
+
+    linked = []
+
+    def load_as_ninja_does(*, build_directory, **kwargs):
+        library = Path(build_directory) / "paged_kv_cpu_decode.so"
+        if not library.exists():  # up to date otherwise: nothing is linked
+            library.write_bytes(bytes(range(256)) * 40)  # a stand-in: nothing here loads it
+            linked.append(library)
+        return str(library)
+
+    monkeypatch.setenv("PAGED_KV_BUILD_DIR", str(tmp_path))
+    monkeypatch.setattr(extension, "load", load_as_ninja_does)
+    library = cpu_decode.build()
+    record = (cpu_decode.build_dir() / "built.txt").read_text().split()
+    assert record[:2] == [library.name, str(10240)] and len(record[2]) == 64
+    assert cpu_decode.built_library() == library and len(linked) == 1
+
+    with library.open("r+b") as file:
+        file.truncate(5000)
+    assert cpu_decode.built_library() is None
+    assert cpu_decode.build() == library and len(linked) == 2  # linked again, not reused
+    assert library.stat().st_size == 10240 and cpu_decode.built_library() == library
+
+    library.write_bytes(library.read_bytes()[::-1])  # same size, other bytes
+    assert cpu_decode.built_library() is None
+    (cpu_decode.build_dir() / "built.txt").write_text(library.name + "\n")  # the old record
+    assert cpu_decode.built_library() is None

@@ -9,6 +9,7 @@ import linecache
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import nbformat
@@ -266,7 +267,24 @@ CORRUPT = {
     ),
     "null bytes": "PART = 1\x00\n",
     "bytes that are not UTF-8": b"PART = '\xff\xfe'\n",
-    "a folder": None,
+    "a KeyboardInterrupt on import": "raise KeyboardInterrupt\n",
+    "a GeneratorExit on import": "raise GeneratorExit\n",
+    "a PART whose __class__ raises": (
+        "class Liar:\n    @property\n    def __class__(self):\n        raise KeyboardInterrupt\n"
+        "\n\nPART = Liar()\n"
+    ),
+    "a PART whose metaclass refuses every attribute": (
+        "class Meta(type):\n    def __getattribute__(cls, name):\n        raise GeneratorExit\n"
+        "\n\nclass Part(metaclass=Meta):\n    pass\n\n\nPART = Part\n"
+    ),
+    "a folder": lambda path: path.mkdir(),
+    "a FIFO": lambda path: os.mkfifo(path),  # opening it would block until a writer comes
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),
+    "a link to a good part": lambda path: (
+        (path.parent / "elsewhere.py").write_text("def f():\n    pass\n\n\nPART = f\n"),
+        path.symlink_to(path.parent / "elsewhere.py"),
+    ),
+    "a sparse file of 64 MiB": lambda path: os.truncate(path.open("w").name, 64 << 20),
 }
 
 
@@ -274,14 +292,20 @@ CORRUPT = {
 def test_a_corrupt_or_hostile_file_is_a_typed_error_shown_as_its_message(folder, what):
     folder.mkdir()
     content, path = CORRUPT[what], folder / "pool.py"
-    if content is None:
-        path.mkdir()
+    if callable(content):
+        content(path)
     elif isinstance(content, bytes):
         path.write_bytes(content)
     else:
         path.write_text(content)
-    with pytest.raises(parts.CorruptPart) as corrupt:
-        parts.load("pool")
+    tracemalloc.start()
+    try:
+        with pytest.raises(parts.CorruptPart) as corrupt:
+            parts.load("pool")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * parts.MAX_PART_BYTES  # a big file is refused by its size, not read
     assert isinstance(corrupt.value, PagedKVError) and corrupt.value.__cause__ is None
     message = str(corrupt.value)
     assert message.startswith(f"{path} ") and "save it again" in message, message
@@ -290,6 +314,45 @@ def test_a_corrupt_or_hostile_file_is_a_typed_error_shown_as_its_message(folder,
     part, why = parts.origin("pool")
     assert part is None and why == message  # the capstone says so, and the library's stands in
     assert parts.load("eviction") is None  # the other parts are not affected
+    found = parts.load_all()  # one bad part breaks no other
+    assert found["pool"] == (None, message) and found["eviction"][0] is None
+
+
+def test_saving_replaces_a_planted_link_never_its_target(folder, tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    folder.mkdir()
+    (folder / "pool.py").symlink_to(target)
+    [path] = parts.save(pool=_run_cells(CELL_A, CELL_B, CELL_C)["Pool"])
+    assert target.read_text() == "keep me" and not path.is_symlink()
+    assert parts.load("pool").__name__ == "Pool"
+    assert sorted(p.name for p in folder.iterdir()) == ["pool.py"]  # no temporary file left
+
+
+@pytest.mark.parametrize("where", ["a file", "/dev/null", "/proc/self"])
+def test_a_parts_folder_that_cannot_be_used_is_a_typed_error_naming_the_variable(
+    tmp_path, monkeypatch, where
+):
+    if where == "a file":
+        where = str(tmp_path / "file")
+        Path(where).write_text("not a folder")
+    monkeypatch.setenv("PAGED_KV_PARTS", where)
+    pool = _run_cells(CELL_A, CELL_B, CELL_C)["Pool"]
+    with pytest.raises(InvalidArgument, match="PAGED_KV_PARTS") as refused:
+        parts.save(pool=pool)
+    assert where in str(refused.value) and "folder" in str(refused.value)
+    if where != "/proc/self":  # a folder, only one that cannot be written to
+        with pytest.raises(InvalidArgument, match="PAGED_KV_PARTS"):
+            parts.load("pool")
+
+
+def test_a_tilde_in_the_parts_folder_means_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PAGED_KV_PARTS", "~/parts")
+    monkeypatch.chdir(tmp_path)
+    [path] = parts.save(pool=_run_cells(CELL_A, CELL_B, CELL_C)["Pool"])
+    assert path == tmp_path / "home" / "parts" / "pool.py" and not (tmp_path / "~").exists()
+    assert parts.load("pool").__name__ == "Pool"
 
 
 def _notebook(path, *cells):

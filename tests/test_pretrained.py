@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -150,8 +151,27 @@ def test_a_missing_file_is_named(tmp_path, which):
     path = copy_of_the_weights(tmp_path)
     gone = path if which == "weights" else hash_path(path)
     gone.unlink()
-    with pytest.raises(InvalidWeights, match=re.escape(gone.name)):
+    with pytest.raises(InvalidWeights, match=re.escape(gone.name)) as refused:
         load_tiny_lm(path)
+    assert f"{gone} is missing" in str(refused.value)
+    assert refused.value.field == ("file" if which == "weights" else "sha256")
+
+
+@pytest.mark.parametrize("which", ["weights", "hash"])
+@pytest.mark.parametrize("kind", ["a FIFO", "a folder", "a link to /dev/zero"])
+def test_a_file_that_is_not_a_regular_file_is_named_as_such(tmp_path, which, kind):
+    path = copy_of_the_weights(tmp_path)
+    odd = path if which == "weights" else hash_path(path)
+    odd.unlink()
+    {"a FIFO": os.mkfifo, "a folder": os.mkdir, "a link to /dev/zero": _link_to_zero}[kind](odd)
+    with pytest.raises(InvalidWeights) as refused:
+        load_tiny_lm(path)
+    assert str(refused.value).startswith(f"{odd} is not a regular file"), str(refused.value)
+    assert refused.value.field == ("file" if which == "weights" else "sha256")
+
+
+def _link_to_zero(path):
+    path.symlink_to("/dev/zero")
 
 
 def write_with_its_hash(path: Path, data: bytes) -> Path:

@@ -355,6 +355,9 @@ def test_the_secret_comes_from_the_environment_and_readers_without_it_miss(monke
     monkeypatch.setenv(SECRET_ENV, "too short")
     with pytest.raises(InvalidArgument, match=SECRET_ENV):
         TieredStore([HostTier(100)], metrics=None)
+    monkeypatch.setenv(SECRET_ENV, "")  # set but empty: refused, not read as unset
+    with pytest.raises(InvalidArgument, match=rf"^\${SECRET_ENV} is set but empty.*unset it"):
+        TieredStore([HostTier(100)], metrics=None)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="os.environb is POSIX only")

@@ -29,6 +29,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -49,7 +50,7 @@ LANES = 16  # floats per vector in the kernel; head_dim must be a multiple of it
 NAME = "paged_kv_cpu_decode"
 CFLAGS = ("-O3", "-fopenmp")
 LDFLAGS = ("-fopenmp",)  # tuples: torch's `load` appends to the lists it is given
-_BUILT = "built.txt"  # written last: names the library, which is then whole
+_BUILT = "built.txt"  # written last: the library, whole, with its size and SHA-256
 
 
 class BuildError(RuntimeError):
@@ -80,13 +81,30 @@ def build_dir() -> Path:
 
 
 def built_library() -> Path | None:
-    """The library a finished build left in `build_dir()`, or None."""
+    """The library a finished build left in `build_dir()`, or None: `built.txt` names it with
+    its size and SHA-256, and the file must be a regular file that still has both (a truncated
+    library would end the process with SIGBUS when it is mapped; a build folder from before
+    the record, or copied or damaged since, is built again)."""
     folder = build_dir()
     try:
-        library = folder / (folder / _BUILT).read_text().strip()
-    except OSError:
+        with open(folder / _BUILT, "rb") as record:
+            name, size, digest = record.read(4096).decode().split()
+        library = folder / name
+        if library.parent != folder or not stat.S_ISREG(library.lstat().st_mode):
+            return None
+        return library if _fingerprint(library) == (int(size), digest) else None
+    except (OSError, ValueError):  # no record, an older one, a damaged one: build again
         return None
-    return library if library.is_file() else None
+
+
+def _fingerprint(library: Path) -> tuple[int, str]:
+    """The size and SHA-256 of `library`."""
+    digest, size = hashlib.sha256(), 0
+    with open(library, "rb") as file:
+        while chunk := file.read(1 << 20):  # hashlib.file_digest is Python 3.11+
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -175,6 +193,9 @@ def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = F
     source = folder / f"{NAME}.cpp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / _BUILT).unlink(missing_ok=True)
+        for stale in folder.glob(f"{NAME}*.so"):  # a damaged one: ninja, seeing it newer than
+            stale.unlink()  # its objects, would not link it again
         if not source.is_file() or source.read_text() != SOURCE:
             source.write_text(SOURCE)  # rewriting the same text would make ninja recompile it
     except OSError as err:
@@ -203,8 +224,10 @@ def build(*, force: bool = False, out: TextIO | None = None, on_demand: bool = F
             except OSError:
                 log = None
             raise BuildError(_first_error(text), log) from err
-    (folder / _BUILT).write_text(Path(str(library)).name + "\n")  # not a module: its path
-    return Path(str(library))
+    built = Path(str(library))  # not a module: its path
+    size, digest = _fingerprint(built)
+    (folder / _BUILT).write_text(f"{built.name} {size} {digest}\n")
+    return built
 
 
 def _load(library: Path):

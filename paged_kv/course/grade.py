@@ -5,8 +5,9 @@ every cell tagged `check`: passed (only when the course's check itself left its 
 `check_marker`), not done (a stub is still there), not checked (the cell ran no check of the
 course) or failed, with its message. A notebook that cannot be graded (no such file, not a
 notebook, a cell past the timeout, a kernel that died) is reported as such, and grading goes
-on. It exits with 0 only when every check passed and nothing else failed, so a CI job on a fork
-is red until the course is done (nbval is not: the check cells carry `raises-exception`).
+on; so is a notebook with no check cell (an exercise notebook always has some). It exits with 0
+only when every notebook had checks, every check passed and nothing else failed, so a CI job on
+a fork is red until the course is done (nbval is not: the check cells carry `raises-exception`).
 """
 
 from __future__ import annotations
@@ -47,9 +48,14 @@ class NotebookGrade:
     stopped: str = ""  # why the notebook was not (wholly) run, if it was not
 
     @property
+    def unchecked(self) -> bool:
+        """Run, but no cell of it is tagged `check` (emptied, or its checks deleted)."""
+        return not self.stopped and not self.verdicts
+
+    @property
     def ok(self) -> bool:
         passed = all(v.status == PASSED for v in self.verdicts)
-        return passed and not self.errors and not self.stopped
+        return passed and not self.errors and not self.stopped and not self.unchecked
 
 
 def grade_notebook(path: Path, *, timeout: int = 600) -> NotebookGrade:
@@ -164,6 +170,12 @@ def _without(label: str, message: str) -> str:
     return message.removeprefix(label).lstrip(": ")
 
 
+_NO_CHECKS = (
+    "no cell is tagged `check`, so nothing was graded; an exercise notebook always has "
+    "checks: take a fresh copy of it from the course's exercises/"
+)
+
+
 def report(grades: list[NotebookGrade]) -> str:
     """The per-exercise summary, as text."""
     lines, count = [], Counter(v.status for grade in grades for v in grade.verdicts)
@@ -171,6 +183,8 @@ def report(grades: list[NotebookGrade]) -> str:
         lines.append(f"{grade.path}  ({grade.seconds:.0f} s)")
         if grade.stopped:
             lines.append(f"  ❌ not graded: {grade.stopped}")
+        if grade.unchecked:
+            lines.append(f"  ❌ no checks: {_NO_CHECKS}")
         for v in grade.verdicts:
             lines.append(f"  {_MARK[v.status]} {v.status:<11} {v.label}")
             lines += [f"      {x}" for x in v.message.splitlines() if v.status != PASSED]
@@ -179,7 +193,9 @@ def report(grades: list[NotebookGrade]) -> str:
     total += f", {count[NOT_CHECKED]} not checked, {count[FAILED]} failed"
     errors = sum(len(g.errors) for g in grades)
     stopped = sum(bool(g.stopped) for g in grades)
+    unchecked = sum(g.unchecked for g in grades)
     total += f", {errors} other cell(s) raised" if errors else ""
+    total += f", {unchecked} notebook(s) without checks" if unchecked else ""
     lines.append(total + (f", {stopped} notebook(s) not graded" if stopped else ""))
     return "\n".join(lines)
 

@@ -15,7 +15,9 @@ import inspect
 import linecache
 import os
 import re
+import stat
 import sys
+import tempfile
 import types
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -57,9 +59,32 @@ class CorruptPart(_ShownAsMessage, PagedKVError, ValueError):
     """A saved part's file does not load, or does not define the part; save it again."""
 
 
+MAX_PART_BYTES = 1 << 20  # a part is a few KB; a bigger file is not one `save` wrote
+
+
 def parts_dir() -> Path:
-    """Where parts are kept: $PAGED_KV_PARTS, else `my_paged_kv/` in the current directory."""
-    return Path(os.environ.get("PAGED_KV_PARTS") or Path.cwd() / "my_paged_kv")
+    """Where parts are kept: $PAGED_KV_PARTS (`~` expanded), else `my_paged_kv/` in the current
+    directory."""
+    named = os.environ.get("PAGED_KV_PARTS")
+    return Path(os.path.expanduser(named)) if named else Path.cwd() / "my_paged_kv"
+
+
+def _folder_named() -> str:
+    """How the parts folder is chosen, for a message about a folder that cannot be used."""
+    if os.environ.get("PAGED_KV_PARTS"):
+        return f"the folder PAGED_KV_PARTS names ({parts_dir()})"
+    return f"the parts folder {parts_dir()}"
+
+
+def _checked_folder() -> Path:
+    """`parts_dir()`, or `InvalidArgument` when it exists but is not a folder."""
+    folder = parts_dir()
+    if folder.exists() and not folder.is_dir():
+        raise InvalidArgument(
+            f"{_folder_named()} is not a folder: set PAGED_KV_PARTS to a folder (or unset it "
+            "to use my_paged_kv/ in the current directory)."
+        )
+    return folder
 
 
 def searched() -> str:
@@ -84,12 +109,8 @@ def save(**parts: Any) -> list[Path]:
     loads back as it is; else `CannotSave` (an `InvalidArgument`), before anything is written.
     A part that still holds an exercise stub is saved, with a warning (`load` skips it)."""
     texts = {name: _saved_text(name, obj) for name, obj in parts.items()}
-    paths = Saved()
-    for name, text in texts.items():
-        path = parts_dir() / f"{name}.py"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        paths.append(path)
+    paths = Saved(_written(texts))
+    for name, path in zip(texts, paths, strict=True):
         stubs = _listed(_stubs(parts[name]))
         stub = (
             f": ⚠️ it still has the stub of {stubs} (raise NotImplementedError), so the "
@@ -99,11 +120,42 @@ def save(**parts: Any) -> list[Path]:
     return paths
 
 
+def _written(texts: dict[str, str]) -> list[Path]:
+    """Write each text as `<parts_dir()>/<name>.py`, all or none: each to a temporary file in
+    the folder first, then `os.replace`d over the name (a link there is replaced itself, never
+    its target). A folder that cannot be used is `CannotSave`, with nothing written."""
+    folder = _checked_folder()
+    paths = [folder / f"{name}.py" for name in texts]
+    temporary: list[str] = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            if path.is_dir() and not path.is_symlink():
+                raise CannotSave(f"cannot save as {path}: it is a folder; move it away.")
+        for text in texts.values():
+            fd, name = tempfile.mkstemp(dir=folder, prefix=".part-", suffix=".tmp")
+            temporary.append(name)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.chmod(name, 0o644)
+        for name, path in zip(temporary, paths, strict=True):
+            os.replace(name, path)
+    except OSError as exc:
+        raise CannotSave(
+            f"cannot write parts to {_folder_named()} ({_said(exc)}): set PAGED_KV_PARTS to a "
+            "folder you can write to; nothing was saved."
+        ) from None
+    finally:
+        for name in temporary:
+            Path(name).unlink(missing_ok=True)
+    return paths
+
+
 def load(name: str) -> Any:
     """The part saved as `name`; None if it was never saved, or still holds an exercise stub.
     `CorruptPart` if its file does not load."""
-    part = _read(name)
-    return None if part is None or _stubs(part) else part
+    part, stubs = _read(name)
+    return None if part is None or stubs else part
 
 
 def load_all() -> dict[str, tuple[Any, str]]:
@@ -116,13 +168,13 @@ def origin(name: str) -> tuple[Any, str]:
     does not load), for a message that says whose part is used (with `searched()`)."""
     part, path = _part(name), parts_dir() / f"{name}.py"
     try:
-        obj = _read(name)
+        obj, stubs = _read(name)
     except CorruptPart as exc:
         return None, str(exc)
     notebook = Path(part.notebook).name
     if obj is None:
         return None, f"not saved yet, which {notebook} does when run to its end"
-    if stubs := _stubs(obj):
+    if stubs:
         return (
             None,
             f"{_shown(path)} still has the stub of {_listed(stubs)}, to write in {notebook}",
@@ -146,21 +198,53 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
 
-def _read(name: str) -> Any:
-    """The class or function a saved part's file defines as `PART`, or None without a file."""
+def _read(name: str) -> tuple[Any, list[str]]:
+    """The class or function a saved part's file defines as `PART` and its stubs (`_stubs`),
+    or (None, []) without a file. The file must be a regular file (not a link, a FIFO, a
+    device) of at most `MAX_PART_BYTES`, checked before it is opened. Anything raised by
+    running it or looking at what it defines, `BaseException`s included, is `CorruptPart`:
+    a `KeyboardInterrupt` raised by the file cannot be told from one the user pressed while it
+    ran, and either way this part, not the whole load, is what stops (a part is a few
+    definitions, so a Ctrl-C during one most likely ends a file that hangs)."""
     _part(name)
-    path = parts_dir() / f"{name}.py"
-    if not path.exists():
-        return None
+    path = _checked_folder() / f"{name}.py"
     again = f"save it again from {Path(PARTS[name].notebook).name}, or delete it"
     try:
-        text = path.read_text()
+        text = _bounded_text(path, again)
+        if text is None:
+            return None, []
         part = _executed(text, str(path), name).get("PART")
-    except (Exception, SystemExit) as exc:  # the file is Python anyone may have edited
+        if not _is_definition(part):
+            raise CorruptPart(f"{_shown(path)} defines no class or function as PART: {again}.")
+        return part, _stubs(part)
+    except CorruptPart:
+        raise
+    except BaseException as exc:  # the file is Python anyone may have edited
         raise CorruptPart(f"{_shown(path)} does not load ({_said(exc)}): {again}.") from None
-    if not _is_definition(part):
-        raise CorruptPart(f"{_shown(path)} defines no class or function as PART: {again}.")
-    return part
+
+
+def _bounded_text(path: Path, again: str) -> str | None:
+    """The text of the regular file `path` (links not followed), None if there is none;
+    `CorruptPart` for anything else or more than `MAX_PART_BYTES`, read no further."""
+    try:
+        info = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a link, folder, FIFO or device"
+        raise CorruptPart(f"{_shown(path)} is not a regular file ({kind}?): {again}.")
+    if info.st_size > MAX_PART_BYTES:
+        raise CorruptPart(
+            f"{_shown(path)} is {info.st_size} bytes, more than a part's {MAX_PART_BYTES}: {again}."
+        )
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            raise CorruptPart(f"{_shown(path)} is not a regular file: {again}.")
+        data = file.read(MAX_PART_BYTES + 1)
+    if len(data) > MAX_PART_BYTES:  # grew since the lstat
+        raise CorruptPart(f"{_shown(path)} is over a part's {MAX_PART_BYTES} bytes: {again}.")
+    return data.decode("utf-8")
 
 
 def _executed(text: str, filename: str, name: str) -> dict[str, Any]:
@@ -181,12 +265,17 @@ def _executed(text: str, filename: str, name: str) -> dict[str, Any]:
 
 
 def _said(exc: BaseException) -> str:
-    """`Type: message` of an exception from code we do not trust (its str may raise)."""
+    """`Type: message` of an exception from code we do not trust (its str, even its type's
+    name, may raise)."""
+    try:
+        name = str(type(exc).__name__)
+    except BaseException:
+        name = "an exception whose type cannot be named"
     try:
         text = str(exc)
-    except Exception:
+    except BaseException:
         text = "(a message that cannot be shown)"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{name}: {text}" if text else name
 
 
 def _is_definition(obj: Any) -> bool:

@@ -83,10 +83,12 @@ def load_tiny_lm(path: Path | str = TINY_LM_WEIGHTS) -> TinyLM:
     path = Path(path)
     recorded = hash_path(path)
     for needed, field in ((path, "file"), (recorded, "sha256")):
-        if not needed.is_file():
+        if not needed.is_file():  # links followed: a link to a regular file is fine
+            what = "is not a regular file (a folder, FIFO or device?)"
             raise InvalidWeights(
-                f"{needed} is missing; the trained TinyLM needs its weights and their .sha256 "
-                "(restore them from the repository, or run tools/train_tiny_lm.py).",
+                f"{needed} {what if needed.exists() else 'is missing'}; the trained TinyLM "
+                "needs its weights and their .sha256 as files (restore them from the "
+                "repository, or run tools/train_tiny_lm.py).",
                 field=field,
             )
     expected = _recorded_digest(recorded)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from paged_kv.errors import CorruptBlock, InvalidArgument, PagedKVError
 from paged_kv.tiers.base import NULL_RECORDER, Key, Recorder, Tier, TierStats
 from paged_kv.tiers.codec import (
+    MIN_SECRET_BYTES,
     BlobHeader,
     KeySpace,
     check_namespace,
@@ -333,13 +334,21 @@ def _new_metrics(*, required: bool) -> Recorder | None:
 
 
 def _deployment_secret(secret: bytes | str | None) -> bytes | None:
-    """The HMAC key: `secret`, else $PAGED_KV_BLOB_SECRET, else None (no authentication)."""
+    """The HMAC key: `secret`, else $PAGED_KV_BLOB_SECRET, else None (no authentication). A
+    variable that is set is a secret, checked as one: set but empty is refused, never taken
+    for unset (a deployment that blanks it must not silently run unauthenticated)."""
     source = "secret="
     if secret is None:
-        secret = os.environ.get(SECRET_ENV) or None
+        secret = os.environ.get(SECRET_ENV)
         source = f"${SECRET_ENV}"
         if secret is None:
             return None
+        if not secret:
+            raise InvalidArgument(
+                f"{source} is set but empty: set it to a secret of at least "
+                f"{MIN_SECRET_BYTES} bytes (e.g. secrets.token_hex(32)), or unset it to run "
+                "without authentication."
+            )
     if isinstance(secret, str):
         try:
             secret = secret.encode("utf-8")
