@@ -326,7 +326,7 @@ class CachingPool:
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
         count = self._num_cached
-        if count and self._policy_stale:
+        if self._policy_stale:
             self._resync_policy()
         evicted: list[int] = []
         try:
@@ -362,7 +362,7 @@ class CachingPool:
         if type(victim) is not int or not 0 <= victim < self.num_blocks:
             what = f"no block id of this pool (ids are ints 0..{self.num_blocks - 1})"
         else:
-            what = f"block {victim}, which is {self.state(victim).value}"
+            what = f"block {victim}, which is {self.state(victim).value.replace('_', ' ')}"
         return InvalidBlock(
             f"eviction policy {self.policy.name!r} ({type(self.policy).__name__}) evict() "
             f"returned {victim!r}: {what}. evict() must return one of its candidates, a block "
