@@ -1271,25 +1271,28 @@ def test_a_policy_failing_again_while_the_call_is_undone_changes_nothing_it_may_
 
 
 class Flaky(LRU):
-    """An LRU that raises `InjectedInterrupt` at every call from its first `touch` on."""
+    """An LRU that, `armed`, raises `InjectedInterrupt` at its first `touch` and at every
+    call after it."""
 
     failing = armed = False
 
-    def _enter(self):
-        if Flaky.armed or Flaky.failing:
+    def _enter(self, site):
+        if Flaky.failing:
+            raise InjectedInterrupt(f"{site}, again")
+        if Flaky.armed and site == "touch":
             Flaky.failing = True
-            raise InjectedInterrupt("policy")
+            raise InjectedInterrupt(site)
 
     def touch(self, block_id):
-        self._enter()
+        self._enter("touch")
         super().touch(block_id)
 
     def make_evictable(self, block_id):
-        self._enter()
+        self._enter("make_evictable")
         super().make_evictable(block_id)
 
     def revive(self, block_id):
-        self._enter()
+        self._enter("revive")
         super().revive(block_id)
 
 
@@ -1306,7 +1309,7 @@ def test_a_prefix_hit_whose_touch_and_undo_fail_leaks_no_block():
     with pytest.raises(InjectedInterrupt) as raised:
         m.add_sequence("b", [1, 2, 9])
     Flaky.armed = Flaky.failing = False
-    assert str(raised.value) == "policy" and m.snapshot() == before
+    assert str(raised.value) == "touch" and m.snapshot() == before
     assert (m.stats().num_cached_blocks, m.stats().num_in_use_blocks) == (2, 0)
     assert len(m.add_sequence("c", range(100, 108))) == 4
 
