@@ -350,12 +350,14 @@ class CachingPool:
         if type(block_id) is not int or not 0 <= block_id < self.num_blocks or holders[block_id]:
             self._policy_stale = True  # it may have dropped a candidate it did not name
             raise self._not_a_candidate(block_id)
-        holders[block_id] = UNKEPT
-        self._num_cached -= 1
         evicted.append(block_id)
         self.evictions[reason] += 1
-        if self.on_evict is not None:
-            self.on_evict(block_id)
+        try:
+            if self.on_evict is not None:
+                self.on_evict(block_id)  # while the block reads as unreferenced
+        finally:  # evicted even if the index failed: the caller frees it below
+            holders[block_id] = UNKEPT
+            self._num_cached -= 1
 
     def _not_a_candidate(self, victim: object) -> InvalidBlock:
         """The error for an `evict()` that returned something other than a cached block."""
