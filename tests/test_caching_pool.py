@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paged_kv import BlockPool, InvalidArgument, InvalidBlock, OutOfBlocks
+from paged_kv import LRU, BlockPool, InvalidArgument, InvalidBlock, OutOfBlocks
 from paged_kv.cache.caching_pool import CachingPool
 from paged_kv.cache.ref_count_pool import RefCountPool
 from paged_kv.cache.snapshot import BlockState
@@ -298,3 +298,174 @@ def test_the_pool_below_refuses_more_blocks_than_are_free_and_says_what_it_is():
         base.allocate(4)
     assert (refused.value.requested, refused.value.available, base.num_free) == (4, 3, 3)
     assert repr(base) == "RefCountPool(3/8 free, block_size=4, allocation='pack_pages')"
+
+
+def _pools_with(policy):
+    """The caching layer over the library's pool and over a learner's, with `policy`."""
+    return [BlockPool(4, 2, eviction=policy()), CachingPool(StackPool(4, 2), eviction=policy())]
+
+
+def _cached_then(pool):
+    """Blocks 0..3 allocated, 0-2 kept, 1-3 released: 0 in use, 1 and 2 cached, 3 free."""
+    assert pool.allocate(4) == [0, 1, 2, 3]
+    pool.keep_content([0, 1, 2])
+    pool.release([1, 2, 3])
+    return pool
+
+
+def _agrees_with_its_policy(pool):
+    """Every cached block is a candidate of the policy, and no other block is."""
+    for block_id in range(pool.num_blocks):
+        assert (block_id in pool.policy) == (pool.state(block_id) is BlockState.CACHED)
+    assert pool.num_cached == sum(b in pool.policy for b in range(pool.num_blocks))
+
+
+class NamesItsVictim(LRU):
+    """An LRU whose `evict` returns `victim` (without evicting) while `armed`."""
+
+    name = "victim-namer"
+    armed = True
+    victim: object = None
+
+    def evict(self):
+        return type(self).victim if type(self).armed else super().evict()
+
+
+@pytest.mark.parametrize("pool_index", [0, 1], ids=["library pool", "learner pool"])
+@pytest.mark.parametrize("victim", [0, 3, 4, 10**6, -1, True, None, 2.0, "x"])
+def test_an_evict_that_names_no_cached_block_is_refused_and_nothing_is_evicted(pool_index, victim):
+    """A block in use (0) or free (3), an id out of range, a bool or no int at all: the pool
+    refuses it as `InvalidBlock`, naming the policy and what it returned, before it counts an
+    eviction or hands a block out; later, the policy is asked again and the pool is whole."""
+    policy = type("Victim", (NamesItsVictim,), {"victim": victim})
+    pool = _cached_then(_pools_with(policy)[pool_index])
+    before = pool.snapshot()
+    with pytest.raises(InvalidBlock, match=f"victim-namer.*returned {victim!r}") as refused:
+        pool.allocate(2)
+    assert "nothing was evicted" in str(refused.value)
+    assert pool.snapshot() == before and pool.evictions == {"allocation": 0, "reset": 0}
+    policy.armed = False
+    got = pool.allocate(2)
+    assert sorted(got) == [1, 3] and pool.evictions["allocation"] == 1  # 1: the LRU's victim
+    assert pool.ref_count(0) == 1 and pool.num_cached == 1
+    _agrees_with_its_policy(pool)
+
+
+def test_a_victim_named_twice_in_one_allocation_is_evicted_once():
+    """The second time, block 1 is in use (the allocation holds it): refused. The allocation
+    fails; the first eviction
+    stands (an eviction has no undo), counted once, and block 1 is free, not handed out."""
+    policy = type("Victim", (NamesItsVictim,), {"victim": 1})
+    pool = _cached_then(BlockPool(4, 2, eviction=policy()))
+    with pytest.raises(InvalidBlock, match="returned 1: block 1, which is in use"):
+        pool.allocate(3)
+    assert pool.evictions["allocation"] == 1 and (pool.num_free, pool.num_cached) == (2, 1)
+    assert [pool.state(b) for b in range(4)] == [
+        BlockState.IN_USE,
+        BlockState.FREE,
+        BlockState.CACHED,
+        BlockState.FREE,
+    ]
+    policy.armed = False
+    assert sorted(pool.allocate(3)) == [1, 2, 3]  # the LRU was told: 1 is no candidate
+    assert pool.evictions["allocation"] == 2
+    _agrees_with_its_policy(pool)
+
+
+class Interrupt(KeyboardInterrupt):
+    """A Ctrl-C in the policy (a subclass, so that no real one is mistaken)."""
+
+
+class FailsFromThen(LRU):
+    """An LRU whose `arm(site)`-th next call named `site` raises `Interrupt`, and every call
+    after it, of any method (the undo's too), until `disarm()`."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.site, self.failing, self.first = None, False, None
+
+    def arm(self, site):
+        self.site = site
+
+    def disarm(self):
+        self.site, self.failing = None, False
+
+    def _enter(self, site):
+        if self.failing or site == self.site:
+            self.failing = True
+            error = Interrupt(site)
+            self.first = self.first or error
+            raise error
+
+    def touch(self, block_id):
+        self._enter("touch")
+        super().touch(block_id)
+
+    def make_evictable(self, block_id):
+        self._enter("make_evictable")
+        super().make_evictable(block_id)
+
+    def revive(self, block_id):
+        self._enter("revive")
+        super().revive(block_id)
+
+    def forget(self, block_id):
+        self._enter("forget")
+        super().forget(block_id)
+
+    def evict(self):
+        self._enter("evict")
+        return super().evict()
+
+
+POOL_CALLS_UNDER_A_FAILING_POLICY = {
+    "a hit's touch, then the undo's make_evictable": ("touch", lambda p: p.share([1, 2])),
+    "a second release's make_evictable, then revive": (
+        "make_evictable",
+        lambda p: p.release([0, 4]),
+    ),
+    "keep_content's touch, then forget": ("touch", lambda p: p.keep_content([5, 0, 4])),
+    "discard's forget, then the put back": ("forget", lambda p: p.discard([1, 2])),
+    "evict": ("evict", lambda p: p.allocate(3)),
+}
+
+
+@pytest.mark.parametrize("pool_index", [0, 1], ids=["library pool", "learner pool"])
+@pytest.mark.parametrize("case", sorted(POOL_CALLS_UNDER_A_FAILING_POLICY))
+def test_a_policy_failing_again_while_a_call_is_undone_leaves_the_pool_whole(pool_index, case):
+    """The policy raises in a call, then at every call of the undo: the first error goes on,
+    the pool's blocks, ref counts and counts are as before, and once the policy answers again
+    the pool tells it its candidates before using it, so every later call works."""
+    site, call = POOL_CALLS_UNDER_A_FAILING_POLICY[case]
+    pool = [BlockPool(8, 2), CachingPool(StackPool(8, 2))][pool_index]
+    pool.policy = policy = FailsFromThen()
+    assert pool.allocate(6) == [0, 1, 2, 3, 4, 5]
+    pool.keep_content([0, 1, 2, 4])
+    pool.release([1, 2])  # 0, 3, 4, 5 in use (0 and 4 kept); 1, 2 cached; 6, 7 free
+    before = (pool.snapshot(), pool.num_cached, pool.num_in_use, dict(pool.evictions))
+    policy.arm(site)
+    with pytest.raises(Interrupt) as raised:
+        call(pool)
+    assert raised.value is policy.first
+    assert (pool.snapshot(), pool.num_cached, pool.num_in_use, dict(pool.evictions)) == before
+    policy.disarm()
+    call(pool)  # the same call now works
+    _agrees_with_its_policy(pool)
+    pool.release([b for b in range(8) for _ in range(pool.ref_count(b))])
+    cached = pool.num_blocks - pool.num_free
+    assert pool.evict_all_cached() == cached
+    assert pool.num_free == 8 and pool.num_cached == 0
+
+
+class LiesAboutItsLength(LRU):
+    def __len__(self):
+        return 10**9
+
+
+def test_the_pool_counts_its_cached_blocks_itself_not_by_the_policys_len():
+    """A policy whose `len` lies changes no count: sizes, and a refusal past them."""
+    pool = _cached_then(BlockPool(4, 2, eviction=LiesAboutItsLength()))
+    assert (pool.num_free, pool.num_cached, pool.num_in_use, pool.num_available) == (1, 2, 1, 3)
+    with pytest.raises(OutOfBlocks):
+        pool.allocate(4)
+    assert pool.evict_all_cached() == 2 and pool.num_free == 3

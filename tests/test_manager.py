@@ -20,6 +20,7 @@ from paged_kv import (
     DuplicateSequence,
     EvictionPolicy,
     InvalidArgument,
+    InvalidBlock,
     KVCacheManager,
     OutOfBlocks,
     PagedKVError,
@@ -986,19 +987,26 @@ def test_a_fork_that_fails_halfway_changes_nothing(prefix_index, stage, monkeypa
 
 class Sites:
     """Counts calls per site while `counting`; raises `armed = (site, n, error)` at the
-    site's n-th call."""
+    site's n-th call. With `then_failing` (a prefix of site names), every later call of such
+    a site raises too, until `failing` is cleared: a part that keeps failing while the call
+    is undone."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.armed: tuple[str, int, BaseException] | None = None
         self.counting = False
+        self.then_failing: str | None = None
+        self.failing: str | None = None
 
     def enter(self, site: str) -> None:
         if self.counting:
             self.calls[site] += 1
             if self.armed is not None and self.armed[:2] == (site, self.calls[site]):
                 error, self.armed = self.armed[2], None
+                self.failing = self.then_failing
                 raise error
+            if self.failing is not None and site.startswith(self.failing):
+                raise InjectedInterrupt(f"{site}, again")
 
     def wrap(self, site: str, call):
         def recorded(*args, **kwargs):
@@ -1149,7 +1157,9 @@ def _manager_view(m: KVCacheManager) -> dict[str, Any]:
 
 def _check_rolled_back(before: dict[str, Any], after: dict[str, Any]) -> None:
     """`after` is `before`, except blocks that were cached and are free now: evicted by the
-    failed call (their content is gone: no undo), each counted as an eviction."""
+    failed call (their content is gone: no undo), each counted as an eviction. (Without
+    "candidates" in the views: the policy failed while it was undone, so the pool tells it
+    its candidates on its next call.)"""
     evicted = {
         b
         for b, info in before["blocks"].items()
@@ -1175,13 +1185,16 @@ def _check_rolled_back(before: dict[str, Any], after: dict[str, Any]) -> None:
         assert after["blocks"][b].ref_count == 0 and not after["indexed"].get(b)
 
 
-def _faulted_run(kind: str, armed: tuple[str, int, BaseException] | None) -> Sites:
-    """The workload on a fresh manager with `armed` (None: no fault); each call that fails is
-    checked as rolled back, then made again (it must succeed), and every sequence's tokens
+def _faulted_run(
+    kind: str, armed: tuple[str, int, BaseException] | None, then_failing: str | None = None
+) -> Sites:
+    """The workload on a fresh manager with `armed` (None: no fault), and then every call of
+    the sites `then_failing` names failing too until the call is over; each call that fails
+    is checked as rolled back, then made again (it must succeed), and every sequence's tokens
     follow the workload."""
     sites = Sites()
     m = _recorded_manager(kind, sites)
-    sites.armed = armed
+    sites.armed, sites.then_failing = armed, then_failing
     tables: dict[str, list[int]] = {}
     for op, args in FAULT_WORKLOAD:
         before = _manager_view(m)
@@ -1191,7 +1204,10 @@ def _faulted_run(kind: str, armed: tuple[str, int, BaseException] | None) -> Sit
         except BaseException as error:
             assert armed is not None and error is armed[2], error
             after = _manager_view(m)
+            if then_failing:
+                del before["candidates"], after["candidates"]
             _check_rolled_back(before, after)
+            sites.failing = None
             with sites.active():
                 _run_op(m, op, args, tables)  # the next call is correct
         refs: Counter[int] = Counter()
@@ -1240,3 +1256,101 @@ def test_a_fault_at_any_call_into_someone_elses_code_is_rolled_back(kind, site, 
     error = InjectedInterrupt(site) if n % 2 else InjectedError(site)
     sites = _faulted_run(kind, (site, n, error))
     assert sites.armed is None  # it fired
+
+
+@pytest.mark.parametrize(
+    ("kind", "site"), [(kind, site) for kind in FAULT_KINDS for site in sorted(_SITES[kind])]
+)
+def test_a_policy_failing_again_while_the_call_is_undone_changes_nothing_it_may_not(kind, site):
+    """A fault anywhere, then every policy call of the undo fails too (`KeyboardInterrupt`):
+    the first error goes on, blocks, tables, index and counts are as before, and the next call
+    works, the pool having told the policy its candidates again (the run checks them)."""
+    error = InjectedInterrupt(site)
+    sites = _faulted_run(kind, (site, 1, error), then_failing="policy.")
+    assert sites.armed is None  # it fired
+
+
+class Flaky(LRU):
+    """An LRU that, `armed`, raises `InjectedInterrupt` at its first `touch` and at every
+    call after it."""
+
+    failing = armed = False
+
+    def _enter(self, site):
+        if Flaky.failing:
+            raise InjectedInterrupt(f"{site}, again")
+        if Flaky.armed and site == "touch":
+            Flaky.failing = True
+            raise InjectedInterrupt(site)
+
+    def touch(self, block_id):
+        self._enter("touch")
+        super().touch(block_id)
+
+    def make_evictable(self, block_id):
+        self._enter("make_evictable")
+        super().make_evictable(block_id)
+
+    def revive(self, block_id):
+        self._enter("revive")
+        super().revive(block_id)
+
+
+def test_a_prefix_hit_whose_touch_and_undo_fail_leaks_no_block():
+    """The red team's case: a hit's `touch` raises, then `make_evictable` while the hit is
+    undone. The first error goes on, the hit block is cached again, and once the policy
+    works a sequence as large as the pool fits (before, the block stayed in use, owned by
+    nobody: `OutOfBlocks`)."""
+    m = KVCacheManager(4, 2, eviction=Flaky)
+    m.add_sequence("a", [1, 2, 3, 4, 5])
+    m.free_sequence("a")  # two blocks cached
+    before = m.snapshot()
+    Flaky.armed = True
+    with pytest.raises(InjectedInterrupt) as raised:
+        m.add_sequence("b", [1, 2, 9])
+    Flaky.armed = Flaky.failing = False
+    assert str(raised.value) == "touch" and m.snapshot() == before
+    assert (m.stats().num_cached_blocks, m.stats().num_in_use_blocks) == (2, 0)
+    assert len(m.add_sequence("c", range(100, 108))) == 4
+
+
+def test_an_evict_naming_a_block_in_use_is_refused_and_books_no_block_twice():
+    """The red team's case: `evict()` names block 1, which sequence 'a' holds. Before, 'c'
+    got [1, 1] and block 1 sat twice in the free list; now `InvalidBlock`, no eviction
+    counted, nothing changed, and with the policy fixed 'c' gets blocks of its own."""
+
+    class Bad(LRU):
+        armed = True
+
+        def evict(self):
+            return 1 if Bad.armed else super().evict()
+
+    m = KVCacheManager(num_blocks=4, block_size=2, eviction=Bad)
+    m.add_sequence("a", [1, 2, 3, 4])
+    m.add_sequence("b", [5, 6, 7, 8])
+    m.free_sequence("b")
+    before = (m.snapshot(), m.stats())
+    with pytest.raises(InvalidBlock, match=r"'lru' \(Bad\) evict\(\) returned 1: block 1"):
+        m.add_sequence("c", [9, 10, 11])
+    assert (m.snapshot(), m.stats()) == before and m.stats().evictions == 0
+    Bad.armed = False
+    assert sorted(m.add_sequence("c", [9, 10, 11])) == [2, 3]
+    assert m.block_table("a") == [0, 1] and m.stats().evictions == 2
+
+
+def test_stats_count_cached_blocks_whatever_the_policys_len_says():
+    """A policy whose `len` lies: stats and `can_allocate` are those of an honest LRU."""
+
+    class Liar(LRU):
+        def __len__(self):
+            return 10**9
+
+    managers = [KVCacheManager(8, 2, eviction=policy) for policy in (Liar, LRU)]
+    for m in managers:
+        m.add_sequence("a", range(7))
+        m.add_sequence("b", range(20, 23))
+        m.free_sequence("a")
+    liar, honest = managers
+    assert liar.stats() == honest.stats()
+    assert (liar.stats().num_cached_blocks, liar.stats().num_in_use_blocks) == (3, 2)
+    assert [liar.can_allocate(n) for n in (12, 13)] == [True, False]

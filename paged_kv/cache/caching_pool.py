@@ -19,6 +19,14 @@ this layer is all or nothing all the same: what it changed before the failing ca
 nobody. Two things cannot be taken back through those interfaces: a block evicted before the
 failure has lost its content (it is free, and counted as an eviction), and a policy's record of
 use (`touch`, `revive`): a block put back among the candidates joins them as if just released.
+
+The policy is trusted for its choice, never for the pool's bookkeeping. This layer counts its
+cached blocks itself (`_num_cached`), refuses a victim that is not one of them (`InvalidBlock`,
+nothing evicted), and undoes its own state first, then tells the policy in a guard that goes
+on past the policy's failures. When the policy could not be told (it raised while a call was
+undone, or `evict` failed or named no candidate), its candidates may no longer be the cached
+blocks: the pool marks it stale and, at the start of its next call that uses the policy, makes
+them agree again through the interface (`_resync_policy`: O(blocks), after such a fault only).
 """
 
 from __future__ import annotations
@@ -83,6 +91,8 @@ class CachingPool:
         self.on_evict = on_evict
         self.evictions: dict[str, int] = {"allocation": 0, "reset": 0}
         self._holders = [UNKEPT] * base.num_blocks  # kept blocks' holders (0: cached)
+        self._num_cached = 0  # blocks whose holders are 0: counted here, not asked of the policy
+        self._policy_stale = False  # may the policy's candidates differ from the cached blocks?
 
     # -- sizes ---------------------------------------------------------------------------
 
@@ -99,17 +109,17 @@ class CachingPool:
     @property
     def num_cached(self) -> int:
         """Blocks with no reference that keep their content until evicted."""
-        return len(self.policy)
+        return self._num_cached
 
     @property
     def num_in_use(self) -> int:
         """Blocks with at least one reference."""
-        return self.num_blocks - self.base.num_free - len(self.policy)
+        return self.num_blocks - self.base.num_free - self._num_cached
 
     @property
     def num_available(self) -> int:
         """Blocks an allocation can get: free ones, then cached ones by eviction."""
-        return self.base.num_free + len(self.policy)
+        return self.base.num_free + self._num_cached
 
     # -- allocation ----------------------------------------------------------------------
 
@@ -123,7 +133,7 @@ class CachingPool:
         free = self.base.num_free
         if n <= free:
             return self.base.allocate(n)
-        if n - free > len(self.policy):  # more than free and cached blocks together
+        if n - free > self._num_cached:  # more than free and cached blocks together
             raise OutOfBlocks(
                 f"asked for {n} blocks but only {self.num_available} of {self.num_blocks} are "
                 "free or evictable; release blocks (finish or preempt a sequence) or use a "
@@ -131,10 +141,12 @@ class CachingPool:
                 requested=n,
                 available=self.num_available,
             )
+        if self._policy_stale:
+            self._resync_policy()
         evicted: list[int] = []  # their references below are the new holder's
         try:
             for _ in range(n - free):
-                evicted.append(self._evict("allocation"))
+                self._evict("allocation", evicted)
             ids = self.base.allocate(free) if free else []
         except BaseException:  # the evicted blocks' content is gone: free them, hold none
             if evicted:
@@ -155,6 +167,8 @@ class CachingPool:
 
     def keep_content_unchecked(self, block_ids: Iterable[int]) -> None:
         """`keep_content` for blocks the caller holds (the manager's own tables): no checks."""
+        if self._policy_stale:
+            self._resync_policy()
         holders, touch, base = self._holders, self.policy.touch, self.base
         kept = []
         try:
@@ -169,9 +183,9 @@ class CachingPool:
         except BaseException:  # all or nothing: the pool below counts them again
             for block_id in reversed(kept):
                 refs, holders[block_id] = holders[block_id], UNKEPT
-                self.policy.forget(block_id)  # untracked before its first touch
                 if refs > 1:
                     base.share([block_id] * (refs - 1))
+            self._tell_policy(self.policy.forget, reversed(kept))  # untracked before a touch
             raise
 
     def share(self, block_ids: Iterable[int]) -> None:
@@ -184,10 +198,19 @@ class CachingPool:
                 )
         self.share_unchecked(ids)
 
-    def share_unchecked(self, block_ids: Iterable[int]) -> None:
+    def share_unchecked(self, block_ids: Iterable[int], *, undoing: bool = False) -> None:
         """`share` for blocks known to hold content (a table's, or the hits the prefix index
-        names): ids this pool handed out, so they are not checked again."""
-        holders, revive, touch = self._holders, self.policy.revive, self.policy.touch
+        names): ids this pool handed out, so they are not checked again.
+
+        `undoing=True` when it takes back a release of the caller's failed call: the policy
+        is told in a guard (see `_tell_policy`), so only the pool below can make it fail."""
+        policy, holders = self.policy, self._holders
+        if undoing:
+            revive, touch = self._guarded(policy.revive), self._guarded(policy.touch)
+        else:
+            if self._policy_stale:
+                self._resync_policy()
+            revive, touch = policy.revive, policy.touch
         unkept, counted = [], []
         try:
             for block_id in block_ids:
@@ -196,17 +219,20 @@ class CachingPool:
                 else:
                     if not holders[block_id]:
                         revive(block_id)
+                        self._num_cached -= 1
                     holders[block_id] += 1
                     counted.append(block_id)
                     touch(block_id)
             if unkept:
                 self.base.share(unkept)
         except BaseException:  # all or nothing: each holder counted here is dropped again
-            make_evictable = self.policy.make_evictable
+            evictable = []
             for block_id in reversed(counted):
                 holders[block_id] -= 1
                 if not holders[block_id]:
-                    make_evictable(block_id)
+                    evictable.append(block_id)
+            self._num_cached += len(evictable)
+            self._tell_policy(policy.make_evictable, evictable)
             raise
 
     def release(self, block_ids: Iterable[int]) -> list[int]:
@@ -225,11 +251,20 @@ class CachingPool:
         # its last reference
         return [b for block_id in ids for b in self.release_unchecked([block_id])]
 
-    def release_unchecked(self, block_ids: Iterable[int]) -> list[int]:
+    def release_unchecked(self, block_ids: Iterable[int], *, undoing: bool = False) -> list[int]:
         """`release` for references the caller is known to hold, each block once (a block
-        table the manager built from this pool's ids): this layer checks nothing."""
+        table the manager built from this pool's ids): this layer checks nothing.
+
+        `undoing=True` when it takes back a share or an allocation of the caller's failed
+        call: the policy is told in a guard, so only the pool below can make it fail."""
         ids = block_ids if type(block_ids) is list else list(block_ids)
-        holders, make_evictable = self._holders, self.policy.make_evictable
+        policy, holders = self.policy, self._holders
+        if undoing:
+            make_evictable = self._guarded(policy.make_evictable)
+        else:
+            if self._policy_stale:
+                self._resync_policy()
+            make_evictable = policy.make_evictable
         unkept, cached, dropped = [], [], []
         try:
             for block_id in ids:
@@ -242,17 +277,15 @@ class CachingPool:
                 else:
                     holders[block_id] -= 1
                     dropped.append(block_id)
-            if not unkept:
-                return cached
-            freed = self.base.release(unkept)
+            freed = self.base.release(unkept) if unkept else unkept
         except BaseException:  # all or nothing: the holders dropped here are counted again
-            revive = self.policy.revive
             for block_id in cached:
-                revive(block_id)
                 holders[block_id] = 1
             for block_id in dropped:
                 holders[block_id] += 1
+            self._tell_policy(policy.revive, cached)
             raise
+        self._num_cached += len(cached)
         if not (freed and cached):
             return freed or cached
         if ids.index(freed[-1]) < ids.index(cached[0]):
@@ -272,16 +305,19 @@ class CachingPool:
                     f"block {block_id} is {self.state(block_id).value}; only cached blocks can "
                     "be discarded (free the sequences that hold it first)."
                 )
+        if self._policy_stale:
+            self._resync_policy()
         forgotten: list[int] = []
         try:
             for block_id in ids:
+                forgotten.append(block_id)  # before the call: a failing forget may have begun
                 self.policy.forget(block_id)
-                forgotten.append(block_id)
             if ids:
                 self.base.release(ids)  # the one reference below each kept block stood for it
         except BaseException:  # all or nothing: the forgotten ones are candidates again
-            self._put_back(forgotten)
+            self._tell_policy(self._put_back, forgotten)
             raise
+        self._num_cached -= len(ids)
         for block_id in ids:
             self._holders[block_id] = UNKEPT
             if self.on_evict is not None:
@@ -289,33 +325,94 @@ class CachingPool:
 
     def evict_all_cached(self) -> int:
         """Drop every cached block's content (they become free); return how many."""
-        count = len(self.policy)
+        count = self._num_cached
+        if self._policy_stale:
+            self._resync_policy()
         evicted: list[int] = []
         try:
             for _ in range(count):
-                evicted.append(self._evict("reset"))
+                self._evict("reset", evicted)
         finally:  # after a failure too: the blocks evicted so far are free, held by none
             if evicted:
                 self.base.release(evicted)
         return count
 
-    def _evict(self, reason: str) -> int:
-        """The policy's victim forgets its content; whoever indexed it is told (the block has
-        no holder then). Its one reference below stays, for the caller to hand on."""
-        block_id = self.policy.evict()
+    def _evict(self, reason: str, evicted: list[int]) -> None:
+        """The policy's victim forgets its content and joins `evicted`; whoever indexed it is
+        told (the block has no holder then). Its one reference below stays, for the caller to
+        hand on. A victim that is not a cached block is refused, nothing evicted: O(1)."""
+        try:
+            block_id = self.policy.evict()
+        except BaseException:  # what it took from its candidates, the pool cannot tell
+            self._policy_stale = True
+            raise
+        holders = self._holders
+        if type(block_id) is not int or not 0 <= block_id < self.num_blocks or holders[block_id]:
+            self._policy_stale = True  # it may have dropped a candidate it did not name
+            raise self._not_a_candidate(block_id)
+        evicted.append(block_id)
         self.evictions[reason] += 1
-        if self.on_evict is not None:
-            self.on_evict(block_id)
-        self._holders[block_id] = UNKEPT
-        return block_id
+        try:
+            if self.on_evict is not None:
+                self.on_evict(block_id)  # while the block reads as unreferenced
+        finally:  # evicted even if the index failed: the caller frees it below
+            holders[block_id] = UNKEPT
+            self._num_cached -= 1
 
-    def _put_back(self, block_ids: list[int]) -> None:
-        """Blocks taken from the policy's candidates by a call that failed: candidates again,
-        in their order, as if just released (the policy has no undo)."""
-        touch, make_evictable = self.policy.touch, self.policy.make_evictable
+    def _not_a_candidate(self, victim: object) -> InvalidBlock:
+        """The error for an `evict()` that returned something other than a cached block."""
+        if type(victim) is not int or not 0 <= victim < self.num_blocks:
+            what = f"no block id of this pool (ids are ints 0..{self.num_blocks - 1})"
+        else:
+            what = f"block {victim}, which is {self.state(victim).value.replace('_', ' ')}"
+        return InvalidBlock(
+            f"eviction policy {self.policy.name!r} ({type(self.policy).__name__}) evict() "
+            f"returned {victim!r}: {what}. evict() must return one of its candidates, a block "
+            "made evictable and neither revived, evicted nor forgotten since; nothing was "
+            "evicted."
+        )
+
+    def _put_back(self, block_id: int) -> None:
+        """A block taken from the policy's candidates by a call that failed: a candidate
+        again, as if just released (the policy has no undo)."""
+        self.policy.touch(block_id)
+        self.policy.make_evictable(block_id)
+
+    def _guarded(self, call: Callable[[int], object]) -> Callable[[int], None]:
+        """`call`, for a call being undone: a failure of it (any `BaseException`: the error
+        being undone is the one to raise) marks the policy stale and goes on."""
+
+        def guarded(block_id: int) -> None:
+            try:
+                call(block_id)
+            except BaseException:
+                self._policy_stale = True
+
+        return guarded
+
+    def _tell_policy(self, call: Callable[[int], object], block_ids: Iterable[int]) -> None:
+        """Undoing: `call` for each block, in a guard that goes on past the policy's failures."""
+        guarded = self._guarded(call)
         for block_id in block_ids:
-            touch(block_id)
-            make_evictable(block_id)
+            guarded(block_id)
+
+    def _resync_policy(self) -> None:
+        """Make the stale policy's candidates the cached blocks again, through its interface:
+        a cached block it lacks is touched and made evictable (as if just released), a
+        candidate in use is revived, one whose content is gone is forgotten. O(blocks). If
+        the policy raises, it stays stale and the error goes on, before the caller changed
+        anything."""
+        policy = self.policy
+        for block_id, held in enumerate(self._holders):
+            if (block_id in policy) == (held == 0):
+                continue
+            if held == 0:
+                self._put_back(block_id)
+            elif held == UNKEPT:
+                policy.forget(block_id)
+            else:
+                policy.revive(block_id)
+        self._policy_stale = False
 
     # -- queries -------------------------------------------------------------------------
 

@@ -57,7 +57,8 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def evict(self) -> int:
-        """Choose a candidate, stop tracking it, and return it."""
+        """Choose a candidate, stop tracking it, and return it (its int id: the pool refuses
+        anything but a cached block with `InvalidBlock`, and then resyncs the policy)."""
 
     @abstractmethod
     def forget(self, block_id: int) -> None:
@@ -65,7 +66,7 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def __len__(self) -> int:
-        """Number of evictable blocks."""
+        """Number of evictable blocks (for the policy's users: the pool counts its own)."""
 
     @abstractmethod
     def __contains__(self, block_id: object) -> bool:

@@ -126,7 +126,7 @@ class KVCacheManager(LiveSequences):
             self._register_full_blocks(entry)
         except BaseException:  # all or nothing: the sequence goes back to its owner unadded
             seq.num_cached_tokens, seq._live = cached_before, False
-            self.pool.release_unchecked(table[::-1])
+            self.pool.release_unchecked(table[::-1], undoing=True)
             raise
         self._seqs[seq_id] = entry
         self._num_tokens += length
@@ -192,7 +192,7 @@ class KVCacheManager(LiveSequences):
             try:
                 child.index_path = self.prefix_cache.share_path(parent.index_path)
             except BaseException:
-                self.pool.release_unchecked(child.block_table)  # all or nothing
+                self.pool.release_unchecked(child.block_table, undoing=True)  # all or nothing
                 raise
         parent.forked, parent.room = True, 0
         self._seqs[child_id] = child
@@ -373,7 +373,7 @@ class KVCacheManager(LiveSequences):
             del seq._hashes[length // seq._chain.block_size :]
         if new_blocks:
             del table[-len(new_blocks) :]
-            self.pool.release_unchecked(new_blocks[::-1])
+            self.pool.release_unchecked(new_blocks[::-1], undoing=True)
             self._table_blocks -= len(new_blocks)
         for made in copies:
             self._undo_copy(table, made)
@@ -382,9 +382,9 @@ class KVCacheManager(LiveSequences):
     def _undo_copy(self, table: list[int], made: tuple[int, int]) -> None:
         """Give `table` its shared last block back instead of the private copy just made."""
         shared, private = made
-        self.pool.share_unchecked([shared])
+        self.pool.share_unchecked([shared], undoing=True)
         table[-1] = shared
-        self.pool.release_unchecked([private])
+        self.pool.release_unchecked([private], undoing=True)
         self._copies.remove(made)
 
     # -- the parts a subclass may replace (the course layer plugs a learner's in) ---------
@@ -438,7 +438,7 @@ class KVCacheManager(LiveSequences):
         try:
             grow_block_table(self.pool, table, hit_tokens, num_tokens - hit_tokens)
         except BaseException:  # all or nothing: the hits are let go again
-            self.pool.release_unchecked(hit_blocks[::-1])
+            self.pool.release_unchecked(hit_blocks[::-1], undoing=True)
             raise
         return table
 
