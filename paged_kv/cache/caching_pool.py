@@ -366,7 +366,7 @@ class CachingPool:
         else:
             what = f"block {victim}, which is {self.state(victim).value.replace('_', ' ')}"
         return InvalidBlock(
-            f"eviction policy {self.policy.name!r} ({type(self.policy).__name__}) evict() "
+            f"The eviction policy {self.policy.name!r} ({type(self.policy).__name__}) evict() "
             f"returned {victim!r}: {what}. evict() must return one of its candidates, a block "
             "made evictable and neither revived, evicted nor forgotten since; nothing was "
             "evicted."
